@@ -1,0 +1,59 @@
+# trainyard developer entry points. `make help` lists them.
+SHELL := /usr/bin/env bash
+BIN := $(CURDIR)/bin/k8s
+CONTROLLER_GEN := $(BIN)/controller-gen
+export KUBEBUILDER_ASSETS := $(BIN)
+export TRAINYARD_SLURM_ROOT ?= $(CURDIR)/bin/slurm-root
+GO_TEST_FLAGS ?= -count=1
+# Integration suites start real control planes and Slurm: one package at a
+# time keeps peak memory and CPU within a 2-core machine.
+INTEGRATION_FLAGS ?= -count=1 -p 1 -timeout 30m
+
+.PHONY: help
+help: ## Show this help.
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-18s %s\n",$$1,$$2}'
+
+##@ Build
+
+.PHONY: build
+build: ## Build trainyard's binaries into bin/.
+	go build -o bin/ ./cmd/...
+
+.PHONY: tools
+tools: ## Build the control-plane binaries, Kueue, JobSet, kwok and controller-gen (cached).
+	hack/build-tools.sh
+
+.PHONY: slurm-root
+slurm-root: ## Build the Debian trixie chroot with Slurm 24.11 (cached).
+	hack/slurm/build-root.sh
+
+##@ Code generation
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and CRD manifests.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+
+$(CONTROLLER_GEN):
+	hack/build-tools.sh controller-gen
+
+##@ Test
+
+.PHONY: fmt
+fmt: ## Check formatting.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: vet
+vet: ## go vet.
+	go vet ./...
+
+.PHONY: unit
+unit: ## Unit tests (no control planes).
+	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/)
+
+.PHONY: integration
+integration: tools slurm-root ## Integration tests against real control planes, Kueue, JobSet and Slurm.
+	go test $(INTEGRATION_FLAGS) ./test/...
+
+.PHONY: test
+test: fmt vet unit integration ## Everything CI runs: format, vet, unit and integration tests.
