@@ -1,0 +1,333 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TargetType names the kind of execution system behind a Target.
+// +kubebuilder:validation:Enum=Kubernetes;Slurm
+type TargetType string
+
+const (
+	// TargetTypeKubernetes is a spoke Kubernetes cluster; jobs run as JobSets or LeaderWorkerSets.
+	TargetTypeKubernetes TargetType = "Kubernetes"
+	// TargetTypeSlurm is a Slurm cluster reached through slurmrestd.
+	TargetTypeSlurm TargetType = "Slurm"
+)
+
+// KubernetesBackend names the workload API a Kubernetes spoke renders jobs into.
+// +kubebuilder:validation:Enum=JobSet;LeaderWorkerSet
+type KubernetesBackend string
+
+const (
+	KubernetesBackendJobSet          KubernetesBackend = "JobSet"
+	KubernetesBackendLeaderWorkerSet KubernetesBackend = "LeaderWorkerSet"
+)
+
+// SlurmAPIVersion is a slurmrestd OpenAPI version trainyard can speak.
+// +kubebuilder:validation:Enum=v0.0.41;v0.0.42
+type SlurmAPIVersion string
+
+const (
+	SlurmAPIVersionV0041 SlurmAPIVersion = "v0.0.41"
+	SlurmAPIVersionV0042 SlurmAPIVersion = "v0.0.42"
+)
+
+// Launcher is how a Slurm job starts the training processes inside its allocation.
+// +kubebuilder:validation:Enum=Torchrun;MPI;Flux
+type Launcher string
+
+const (
+	LauncherTorchrun Launcher = "Torchrun"
+	LauncherMPI      Launcher = "MPI"
+	LauncherFlux     Launcher = "Flux"
+)
+
+// ContainerRuntime is how a Slurm cluster runs the job's container image, if at all.
+// +kubebuilder:validation:Enum=None;Pyxis;Apptainer
+type ContainerRuntime string
+
+const (
+	ContainerRuntimeNone      ContainerRuntime = "None"
+	ContainerRuntimePyxis     ContainerRuntime = "Pyxis"
+	ContainerRuntimeApptainer ContainerRuntime = "Apptainer"
+)
+
+// TargetSpec describes an execution system the hub may dispatch to.
+//
+// +kubebuilder:validation:XValidation:rule="self.type != 'Kubernetes' || (has(self.kubernetes) && !has(self.slurm))",message="a Kubernetes target sets spec.kubernetes and not spec.slurm"
+// +kubebuilder:validation:XValidation:rule="self.type != 'Slurm' || (has(self.slurm) && !has(self.kubernetes))",message="a Slurm target sets spec.slurm and not spec.kubernetes"
+// +kubebuilder:validation:XValidation:rule="!has(self.slurm) || self.slurm.partitions.all(p, p.flavor in self.flavors)",message="every spec.slurm.partitions[].flavor must be listed in spec.flavors"
+type TargetSpec struct {
+	// type is the kind of execution system. It cannot change: a different
+	// system is a different Target.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="type is immutable"
+	Type TargetType `json:"type"`
+
+	// flavors are the Kueue ResourceFlavors whose quota this target serves. A
+	// Workload admitted with one of them may be dispatched here.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Flavors []string `json:"flavors"`
+
+	// agent identifies the agent that serves this target. Its Dispatches are
+	// written into agent.namespace on the hub, the only namespace the agent's
+	// credentials can read.
+	// +required
+	Agent AgentIdentity `json:"agent"`
+
+	// paused stops new dispatches to this target; running work is left alone.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// kubernetes configures a Kubernetes spoke. Required when type is Kubernetes.
+	// +optional
+	Kubernetes *KubernetesTarget `json:"kubernetes,omitempty"`
+
+	// slurm configures a Slurm cluster. Required when type is Slurm.
+	// +optional
+	Slurm *SlurmTarget `json:"slurm,omitempty"`
+}
+
+// AgentIdentity names the agent of a target on the hub.
+type AgentIdentity struct {
+	// namespace on the hub that holds this target's Dispatches.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+
+	// serviceAccountName is the hub ServiceAccount the agent authenticates as.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+}
+
+// KubernetesTarget configures a spoke Kubernetes cluster.
+type KubernetesTarget struct {
+	// backend is the workload API jobs are rendered into on the spoke.
+	// +optional
+	// +kubebuilder:default=JobSet
+	Backend KubernetesBackend `json:"backend,omitempty"`
+
+	// namespace on the spoke in which remote jobs are created.
+	// +optional
+	// +kubebuilder:default=trainyard-jobs
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
+
+	// topologyLevels are node label keys from the widest domain to the
+	// narrowest (for example block, rack, hostname). The agent publishes free
+	// capacity per domain of these levels.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=317
+	TopologyLevels []string `json:"topologyLevels,omitempty"`
+}
+
+// SlurmTarget configures a Slurm cluster reached through slurmrestd.
+type SlurmTarget struct {
+	// endpoint is the slurmrestd base URL, as seen from the agent.
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && (url(self).getScheme() == 'http' || url(self).getScheme() == 'https')",message="endpoint must be an http or https URL"
+	Endpoint string `json:"endpoint"`
+
+	// apiVersion is the slurmrestd OpenAPI version to use.
+	// +optional
+	// +kubebuilder:default="v0.0.41"
+	APIVersion SlurmAPIVersion `json:"apiVersion,omitempty"`
+
+	// partitions map each Kueue flavor this cluster serves to a partition.
+	// +required
+	// +listType=map
+	// +listMapKey=flavor
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Partitions []SlurmPartition `json:"partitions"`
+
+	// accounts map hub namespaces to the Slurm identity their jobs run as.
+	// Only an administrator sets these: a tenant cannot choose the Unix user,
+	// account or QOS of its jobs. A namespace not listed cannot use this target.
+	// +optional
+	// +listType=map
+	// +listMapKey=namespace
+	// +kubebuilder:validation:MaxItems=256
+	Accounts []SlurmAccount `json:"accounts,omitempty"`
+
+	// defaultLauncher is used when the job's runtime does not name one.
+	// +optional
+	// +kubebuilder:default=Torchrun
+	DefaultLauncher Launcher `json:"defaultLauncher,omitempty"`
+
+	// containerRuntime is how this cluster runs container images.
+	// +optional
+	// +kubebuilder:default=None
+	ContainerRuntime ContainerRuntime `json:"containerRuntime,omitempty"`
+}
+
+// SlurmPartition maps one Kueue flavor to a Slurm partition.
+type SlurmPartition struct {
+	// flavor is a Kueue ResourceFlavor name listed in spec.flavors.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Flavor string `json:"flavor"`
+
+	// partition is the Slurm partition jobs of this flavor are submitted to.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	Partition string `json:"partition"`
+}
+
+// SlurmAccount is the Slurm identity jobs of one hub namespace run as.
+type SlurmAccount struct {
+	// namespace on the hub whose TrainJobs use this identity.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+
+	// user is the Unix user the jobs run as.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_-]{0,31}$`
+	User string `json:"user"`
+
+	// account is the Slurm account charged.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]*$`
+	Account string `json:"account,omitempty"`
+
+	// qos is the Slurm QOS the jobs run under.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]*$`
+	QOS string `json:"qos,omitempty"`
+}
+
+// TargetStatus is written by the target's agent (heartbeat, capacity,
+// topology) and by the hub (conditions derived from them).
+type TargetStatus struct {
+	// conditions: Available (heartbeat fresh and backend reachable) and
+	// BackendReachable.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation the agent last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// lastHeartbeatTime is when the agent last reported.
+	// +optional
+	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+
+	// agentVersion is the version of the agent that wrote the heartbeat.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	AgentVersion string `json:"agentVersion,omitempty"`
+
+	// capacity is the target's allocatable resources in total.
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+
+	// free is what is allocatable and not in use.
+	// +optional
+	Free corev1.ResourceList `json:"free,omitempty"`
+
+	// freeGPUs is free["nvidia.com/gpu"], kept apart for printer columns.
+	// +optional
+	FreeGPUs int64 `json:"freeGPUs,omitempty"`
+
+	// topology is the target's topology tree with free GPUs per domain.
+	// +optional
+	Topology *TopologyStatus `json:"topology,omitempty"`
+}
+
+// TopologyStatus describes a target's topology: ordered levels and, for each
+// lowest-level domain above the node, its nodes' free GPUs.
+type TopologyStatus struct {
+	// levels from widest to narrowest; the last is the node level.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=317
+	Levels []string `json:"levels"`
+
+	// domains are the leaf domains just above the node level.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100000
+	Domains []TopologyDomain `json:"domains,omitempty"`
+}
+
+// TopologyDomain is one leaf domain of a target's topology.
+type TopologyDomain struct {
+	// values of the domain at each level above the node level, widest first.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=7
+	// +kubebuilder:validation:items:MaxLength=253
+	Values []string `json:"values"`
+
+	// nodes are the node names in this domain, in the order of freeGPUsPerNode.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:MaxLength=253
+	Nodes []string `json:"nodes,omitempty"`
+
+	// freeGPUsPerNode gives each node's free GPUs.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4096
+	FreeGPUsPerNode []int32 `json:"freeGPUsPerNode,omitempty"`
+}
+
+// Target is an execution system (a Kubernetes spoke or a Slurm cluster)
+// that the hub dispatches admitted TrainJobs to.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=tyt
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`
+// +kubebuilder:printcolumn:name="Free GPUs",type=integer,JSONPath=`.status.freeGPUs`
+// +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.lastHeartbeatTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Target struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec TargetSpec `json:"spec"`
+	// +optional
+	Status TargetStatus `json:"status,omitempty"`
+}
+
+// TargetList is a list of Targets.
+// +kubebuilder:object:root=true
+type TargetList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Target `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Target{}, &TargetList{})
+}
