@@ -1,0 +1,129 @@
+package testing
+
+import (
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"github.com/kubeflow/trainer/v2/pkg/constants"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+)
+
+// QueueLabel is the label Kueue reads a job's LocalQueue from.
+const QueueLabel = "kueue.x-k8s.io/queue-name"
+
+// TrainJobWrapper builds a Kubeflow Trainer TrainJob.
+type TrainJobWrapper struct{ trainer.TrainJob }
+
+// MakeTrainJob returns a TrainJob referring to the ClusterTrainingRuntime
+// "torch-distributed".
+func MakeTrainJob(name, ns string) *TrainJobWrapper {
+	return &TrainJobWrapper{trainer.TrainJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: trainer.TrainJobSpec{
+			RuntimeRef: trainer.RuntimeRef{
+				Name: "torch-distributed", APIGroup: ptr.To(trainer.GroupVersion.Group),
+				Kind: ptr.To(trainer.ClusterTrainingRuntimeKind),
+			},
+		},
+	}}
+}
+
+// Obj returns the built object.
+func (w *TrainJobWrapper) Obj() *trainer.TrainJob { return &w.TrainJob }
+
+// Clone returns a deep copy of the wrapper.
+func (w *TrainJobWrapper) Clone() *TrainJobWrapper { return &TrainJobWrapper{*w.DeepCopy()} }
+
+// Queue sets the Kueue LocalQueue label.
+func (w *TrainJobWrapper) Queue(q string) *TrainJobWrapper {
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[QueueLabel] = q
+	return w
+}
+
+// Suspend sets spec.suspend.
+func (w *TrainJobWrapper) Suspend(s bool) *TrainJobWrapper { w.Spec.Suspend = ptr.To(s); return w }
+
+// RuntimeRef points the job at a runtime of the given kind.
+func (w *TrainJobWrapper) RuntimeRef(kind, name string) *TrainJobWrapper {
+	w.Spec.RuntimeRef = trainer.RuntimeRef{Name: name, APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(kind)}
+	return w
+}
+
+func (w *TrainJobWrapper) trainer() *trainer.Trainer {
+	if w.Spec.Trainer == nil {
+		w.Spec.Trainer = &trainer.Trainer{}
+	}
+	return w.Spec.Trainer
+}
+
+// NumNodes sets spec.trainer.numNodes.
+func (w *TrainJobWrapper) NumNodes(n int32) *TrainJobWrapper {
+	w.trainer().NumNodes = ptr.To(n)
+	return w
+}
+
+// GPUsPerNode requests n nvidia.com/gpu per node.
+func (w *TrainJobWrapper) GPUsPerNode(n int64) *TrainJobWrapper {
+	q := *resource.NewQuantity(n, resource.DecimalSI)
+	w.trainer().ResourcesPerNode = &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{"nvidia.com/gpu": q},
+		Limits:   corev1.ResourceList{"nvidia.com/gpu": q},
+	}
+	return w
+}
+
+// Command sets the trainer command and args.
+func (w *TrainJobWrapper) Command(cmd []string, args ...string) *TrainJobWrapper {
+	w.trainer().Command, w.trainer().Args = cmd, args
+	return w
+}
+
+// ClusterTrainingRuntimeWrapper builds a ClusterTrainingRuntime.
+type ClusterTrainingRuntimeWrapper struct{ trainer.ClusterTrainingRuntime }
+
+// MakeClusterTrainingRuntime returns a torch runtime with one "node"
+// replicated job, in the shape Trainer's own torch-distributed runtime has.
+func MakeClusterTrainingRuntime(name string) *ClusterTrainingRuntimeWrapper {
+	return &ClusterTrainingRuntimeWrapper{trainer.ClusterTrainingRuntime{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       TorchRuntimeSpec(1),
+	}}
+}
+
+// Obj returns the built object.
+func (w *ClusterTrainingRuntimeWrapper) Obj() *trainer.ClusterTrainingRuntime {
+	return &w.ClusterTrainingRuntime
+}
+
+// TorchRuntimeSpec is a torch runtime spec with numNodes nodes.
+func TorchRuntimeSpec(numNodes int32) trainer.TrainingRuntimeSpec {
+	return trainer.TrainingRuntimeSpec{
+		MLPolicy: &trainer.MLPolicy{
+			NumNodes:       ptr.To(numNodes),
+			MLPolicySource: trainer.MLPolicySource{Torch: &trainer.TorchMLPolicySource{}},
+		},
+		Template: trainer.JobSetTemplateSpec{Spec: jobsetv1alpha2.JobSetSpec{
+			ReplicatedJobs: []jobsetv1alpha2.ReplicatedJob{{
+				Name:     constants.Node,
+				Replicas: 1,
+				Template: batchv1.JobTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{constants.LabelTrainJobAncestor: constants.AncestorTrainer}},
+					Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+						RestartPolicy: corev1.RestartPolicyNever,
+						Containers: []corev1.Container{{
+							Name:    constants.Node,
+							Image:   "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+							Command: []string{"torchrun", "train.py"},
+						}},
+					}}},
+				},
+			}},
+		}},
+	}
+}

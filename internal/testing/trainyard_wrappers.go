@@ -1,0 +1,136 @@
+// Package testing holds builders of test objects, in the style of Kueue's
+// and JobSet's wrappers: MakeX(name, ...) with defaults that pass validation,
+// chainable setters, Obj() and Clone().
+package testing
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+)
+
+// TargetWrapper builds a Target.
+type TargetWrapper struct{ v1alpha1.Target }
+
+// MakeKubernetesTarget returns a valid Kubernetes spoke target serving flavor.
+func MakeKubernetesTarget(name, flavor string) *TargetWrapper {
+	return &TargetWrapper{v1alpha1.Target{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.TargetSpec{
+			Type:       v1alpha1.TargetTypeKubernetes,
+			Flavors:    []string{flavor},
+			Agent:      v1alpha1.AgentIdentity{Namespace: "trainyard-" + name},
+			Kubernetes: &v1alpha1.KubernetesTarget{},
+		},
+	}}
+}
+
+// MakeSlurmTarget returns a valid Slurm target serving flavor from partition.
+func MakeSlurmTarget(name, flavor, partition string) *TargetWrapper {
+	return &TargetWrapper{v1alpha1.Target{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.TargetSpec{
+			Type:    v1alpha1.TargetTypeSlurm,
+			Flavors: []string{flavor},
+			Agent:   v1alpha1.AgentIdentity{Namespace: "trainyard-" + name},
+			Slurm: &v1alpha1.SlurmTarget{
+				Endpoint:   "http://127.0.0.1:6820",
+				Partitions: []v1alpha1.SlurmPartition{{Flavor: flavor, Partition: partition}},
+			},
+		},
+	}}
+}
+
+// Obj returns the built object.
+func (w *TargetWrapper) Obj() *v1alpha1.Target { return &w.Target }
+
+// Clone returns a deep copy of the wrapper.
+func (w *TargetWrapper) Clone() *TargetWrapper { return &TargetWrapper{*w.DeepCopy()} }
+
+// Flavors replaces the served flavors.
+func (w *TargetWrapper) Flavors(f ...string) *TargetWrapper { w.Spec.Flavors = f; return w }
+
+// Type sets spec.type only, leaving the per-type blocks as they are.
+func (w *TargetWrapper) Type(t v1alpha1.TargetType) *TargetWrapper { w.Spec.Type = t; return w }
+
+// AgentNamespace sets the agent's hub namespace.
+func (w *TargetWrapper) AgentNamespace(ns string) *TargetWrapper {
+	w.Spec.Agent.Namespace = ns
+	return w
+}
+
+// Kubernetes sets the Kubernetes block.
+func (w *TargetWrapper) Kubernetes(k *v1alpha1.KubernetesTarget) *TargetWrapper {
+	w.Spec.Kubernetes = k
+	return w
+}
+
+// Slurm sets the Slurm block.
+func (w *TargetWrapper) Slurm(s *v1alpha1.SlurmTarget) *TargetWrapper { w.Spec.Slurm = s; return w }
+
+// SlurmEndpoint sets the slurmrestd URL.
+func (w *TargetWrapper) SlurmEndpoint(u string) *TargetWrapper { w.Spec.Slurm.Endpoint = u; return w }
+
+// SlurmPartition adds a flavor-to-partition mapping.
+func (w *TargetWrapper) SlurmPartition(flavor, partition string) *TargetWrapper {
+	w.Spec.Slurm.Partitions = append(w.Spec.Slurm.Partitions, v1alpha1.SlurmPartition{Flavor: flavor, Partition: partition})
+	return w
+}
+
+// SlurmAccount adds a namespace-to-identity mapping.
+func (w *TargetWrapper) SlurmAccount(a v1alpha1.SlurmAccount) *TargetWrapper {
+	w.Spec.Slurm.Accounts = append(w.Spec.Slurm.Accounts, a)
+	return w
+}
+
+// DispatchWrapper builds a Dispatch.
+type DispatchWrapper struct{ v1alpha1.Dispatch }
+
+// MakeDispatch returns a valid first-attempt Dispatch of workload wl to target.
+func MakeDispatch(name, namespace, target string) *DispatchWrapper {
+	return &DispatchWrapper{v1alpha1.Dispatch{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: v1alpha1.DispatchSpec{
+			Workload:   v1alpha1.WorkloadReference{Namespace: "team-a", Name: "wl-" + name, UID: types.UID("uid-" + name)},
+			TargetName: target,
+			Attempt:    1,
+			PodSets:    []v1alpha1.PodSetPlacement{{Name: "node", Count: 2}},
+			Runtime: v1alpha1.RuntimeSnapshot{
+				Kind: v1alpha1.RuntimeKindClusterTrainingRuntime, Name: "torch-distributed",
+				Hash: "sha256:" + "0000000000000000000000000000000000000000000000000000000000000000",
+				Spec: runtime.RawExtension{Raw: []byte(`{"template":{}}`)},
+			},
+			TrainJob: v1alpha1.TrainJobSnapshot{Name: "tj-" + name, UID: types.UID("tj-uid-" + name),
+				Spec: runtime.RawExtension{Raw: []byte(`{"runtimeRef":{"name":"torch-distributed"}}`)}},
+		},
+	}}
+}
+
+// Obj returns the built object.
+func (w *DispatchWrapper) Obj() *v1alpha1.Dispatch { return &w.Dispatch }
+
+// Clone returns a deep copy of the wrapper.
+func (w *DispatchWrapper) Clone() *DispatchWrapper { return &DispatchWrapper{*w.DeepCopy()} }
+
+// Attempt sets the attempt number.
+func (w *DispatchWrapper) Attempt(a int32) *DispatchWrapper { w.Spec.Attempt = a; return w }
+
+// Target sets the target name.
+func (w *DispatchWrapper) Target(t string) *DispatchWrapper { w.Spec.TargetName = t; return w }
+
+// PodSets replaces the pod sets.
+func (w *DispatchWrapper) PodSets(ps ...v1alpha1.PodSetPlacement) *DispatchWrapper {
+	w.Spec.PodSets = ps
+	return w
+}
+
+// RuntimeHash sets the snapshot hash.
+func (w *DispatchWrapper) RuntimeHash(h string) *DispatchWrapper { w.Spec.Runtime.Hash = h; return w }
+
+// WorkloadUID sets the workload UID.
+func (w *DispatchWrapper) WorkloadUID(uid types.UID) *DispatchWrapper {
+	w.Spec.Workload.UID = uid
+	return w
+}

@@ -1,0 +1,216 @@
+package kube
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+//go:embed kwok-stages.yaml
+var kwokStages []byte
+
+func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
+
+func (c *Cluster) run(name, binName string, args ...string) (*Process, error) {
+	bin, err := binary(binName)
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProcess(c.Dir, name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+// settle fails if p exits within a short while: components without a probe
+// port (secure-port 0) show a bad flag or config by exiting at once.
+func settle(ctx context.Context, p *Process) error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited at start (%v):\n%s", p.Name, p.err, p.LogTail(3000))
+	case <-time.After(time.Second):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Cluster) startControllerManager(ctx context.Context) error {
+	certDir := c.env.ControlPlane.APIServer.CertDir
+	p, err := c.run("kube-controller-manager", "kube-controller-manager",
+		"--kubeconfig="+c.Kubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--cluster-name="+c.Name,
+		"--service-account-private-key-file="+filepath.Join(certDir, "sa-signer.key"),
+		"--use-service-account-credentials=false",
+		// No cloud, no pod network: the controllers that need them stay off.
+		"--controllers=*,-nodeipam,-service-lb-controller,-route,-cloud-node-lifecycle,-persistentvolume-binder,-attachdetach",
+		// kwok nodes never run kubelets; keep pods on them when a lease lapses
+		// during a slow test rather than evicting them.
+		"--node-monitor-grace-period=5m",
+		"--concurrent-job-syncs=20",
+		"--kube-api-qps=200", "--kube-api-burst=400",
+	)
+	if err != nil {
+		return err
+	}
+	return settle(ctx, p)
+}
+
+func (c *Cluster) startScheduler(ctx context.Context) error {
+	p, err := c.run("kube-scheduler", "kube-scheduler",
+		"--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--kube-api-qps=200", "--kube-api-burst=400")
+	if err != nil {
+		return err
+	}
+	return settle(ctx, p)
+}
+
+func (c *Cluster) startKwok(ctx context.Context) error {
+	cfg := filepath.Join(c.Dir, "kwok-stages.yaml")
+	if err := os.WriteFile(cfg, kwokStages, 0o644); err != nil {
+		return err
+	}
+	p, err := c.run("kwok", "kwok",
+		"--kubeconfig="+c.Kubeconfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--cidr=10.244.0.0/16", "--node-ip=10.0.0.1",
+		"--node-lease-duration-seconds=40",
+		"--config="+cfg)
+	if err != nil {
+		return err
+	}
+	return settle(ctx, p)
+}
+
+func (c *Cluster) webhookServing() (host string, port int, certDir string) {
+	w := c.env.WebhookInstallOptions
+	return w.LocalServingHost, w.LocalServingPort, w.LocalServingCertDir
+}
+
+func (c *Cluster) startJobSet(ctx context.Context) error {
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	host, port, certDir := c.webhookServing()
+	cfg := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
+kind: Configuration
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+webhook:
+  host: %s
+  port: %d
+  certDir: %s
+metrics:
+  bindAddress: "0"
+health:
+  healthProbeBindAddress: 127.0.0.1:%d
+clientConnection:
+  qps: 200
+  burst: 400
+`, host, port, certDir, health)
+	cfgPath := filepath.Join(c.Dir, "jobset-config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	p, err := c.run("jobset", "jobset", "--kubeconfig="+c.Kubeconfig, "--config="+cfgPath)
+	if err != nil {
+		return err
+	}
+	return waitHTTPOK(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+}
+
+// KueueNamespace is where the harness's Kueue keeps its own objects.
+const KueueNamespace = "kueue-system"
+
+func (c *Cluster) startKueue(ctx context.Context) error {
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return err
+	}
+	if err := c.EnsureNamespace(ctx, KueueNamespace); err != nil {
+		return err
+	}
+	host, port, certDir := c.webhookServing()
+	if err := ensureKueueMetricsCerts(certDir); err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: %s
+manageJobsWithoutQueueName: false
+internalCertManagement:
+  enable: false
+leaderElection:
+  leaderElect: false
+webhook:
+  host: %s
+  port: %d
+  certDir: %s
+metrics:
+  bindAddress: 127.0.0.1:%d
+health:
+  healthProbeBindAddress: 127.0.0.1:%d
+clientConnection:
+  qps: 200
+  burst: 400
+integrations:
+  frameworks:
+  - batch/job
+  - jobset.x-k8s.io/jobset
+  - trainer.kubeflow.org/trainjob
+featureGates:
+  VisibilityOnDemand: false
+`, KueueNamespace, host, port, certDir, metrics, health)
+	cfgPath := filepath.Join(c.Dir, "kueue-config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	p, err := c.run("kueue", "kueue", "--kubeconfig="+c.Kubeconfig, "--config="+cfgPath)
+	if err != nil {
+		return err
+	}
+	return waitHTTPOK(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+}
+
+// kueueMetricsCertDir is where Kueue v0.17 reads its metrics serving
+// certificate whenever its internal cert management is off; the path is
+// fixed in its main.go. The harness puts a serving certificate there once
+// (it needs root) and never scrapes Kueue's metrics over TLS itself.
+const kueueMetricsCertDir = "/etc/kueue/metrics/certs"
+
+func ensureKueueMetricsCerts(from string) error {
+	if _, err := os.Stat(filepath.Join(kueueMetricsCertDir, "tls.key")); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(kueueMetricsCertDir, 0o755); err != nil {
+		return fmt.Errorf("kueue needs %s (run the harness as root): %w", kueueMetricsCertDir, err)
+	}
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		b, err := os.ReadFile(filepath.Join(from, f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(kueueMetricsCertDir, f), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}

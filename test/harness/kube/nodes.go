@@ -1,0 +1,58 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// GPUResource is the extended resource simulated GPUs are published as.
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// KwokTaint keeps real workloads off simulated nodes; pods meant for kwok
+// nodes tolerate it.
+var KwokTaint = corev1.Taint{Key: "kwok.x-k8s.io/node", Value: "fake", Effect: corev1.TaintEffectNoSchedule}
+
+// KwokToleration tolerates KwokTaint.
+var KwokToleration = corev1.Toleration{Key: KwokTaint.Key, Operator: corev1.TolerationOpExists, Effect: KwokTaint.Effect}
+
+// NodeSpec describes one simulated GPU node.
+type NodeSpec struct {
+	Name   string
+	GPUs   int64
+	Labels map[string]string
+}
+
+// AddKwokNodes creates simulated nodes that kwok makes Ready.
+func (c *Cluster) AddKwokNodes(ctx context.Context, nodes ...NodeSpec) error {
+	for _, n := range nodes {
+		labels := map[string]string{"type": "kwok", "kubernetes.io/hostname": n.Name}
+		for k, v := range n.Labels {
+			labels[k] = v
+		}
+		res := corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("64"),
+			corev1.ResourceMemory: resource.MustParse("512Gi"),
+			corev1.ResourcePods:   resource.MustParse("110"),
+		}
+		if n.GPUs > 0 {
+			res[GPUResource] = *resource.NewQuantity(n.GPUs, resource.DecimalSI)
+		}
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        n.Name,
+				Labels:      labels,
+				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+			},
+			Spec:   corev1.NodeSpec{Taints: []corev1.Taint{KwokTaint}},
+			Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
+		}
+		if err := c.Client.Create(ctx, node); err != nil {
+			return fmt.Errorf("create node %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}

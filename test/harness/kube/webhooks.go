@@ -1,0 +1,135 @@
+package kube
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// webhookSet is the admission webhook configurations of one manager binary.
+// envtest installs them pointing at a local URL with its own CA, and the
+// manager serves them with the certificates envtest wrote.
+type webhookSet struct {
+	mutating   []*admissionv1.MutatingWebhookConfiguration
+	validating []*admissionv1.ValidatingWebhookConfiguration
+}
+
+// loadWebhooks reads a controller-gen webhook manifest, renames the
+// configurations after component so two managers never collide, and keeps
+// only the webhooks for which keep returns true.
+func loadWebhooks(path, component string, keep func(name string) bool) (*webhookSet, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	set := &webhookSet{}
+	dec := utilyaml.NewDocumentDecoder(io.NopCloser(bytes.NewReader(raw)))
+	defer dec.Close()
+	buf := make([]byte, len(raw)+1)
+	for {
+		n, err := dec.Read(buf)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		doc := buf[:n]
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		switch meta.Kind {
+		case "MutatingWebhookConfiguration":
+			c := &admissionv1.MutatingWebhookConfiguration{}
+			if err := yaml.Unmarshal(doc, c); err != nil {
+				return nil, err
+			}
+			c.Name = component + "-mutating"
+			var kept []admissionv1.MutatingWebhook
+			for _, w := range c.Webhooks {
+				if keep(w.Name) {
+					kept = append(kept, w)
+				}
+			}
+			c.Webhooks = kept
+			set.mutating = append(set.mutating, c)
+		case "ValidatingWebhookConfiguration":
+			c := &admissionv1.ValidatingWebhookConfiguration{}
+			if err := yaml.Unmarshal(doc, c); err != nil {
+				return nil, err
+			}
+			c.Name = component + "-validating"
+			var kept []admissionv1.ValidatingWebhook
+			for _, w := range c.Webhooks {
+				if keep(w.Name) {
+					kept = append(kept, w)
+				}
+			}
+			c.Webhooks = kept
+			set.validating = append(set.validating, c)
+		}
+	}
+	return set, nil
+}
+
+// jobSetWebhooks are JobSet's webhooks as its kustomize overlay ships them:
+// the pod webhooks only see pods that belong to a JobSet.
+func jobSetWebhooks() (*webhookSet, error) {
+	dir, err := ModuleDir("sigs.k8s.io/jobset")
+	if err != nil {
+		return nil, err
+	}
+	set, err := loadWebhooks(filepath.Join(dir, "config/components/webhook/manifests.yaml"), "jobset",
+		func(string) bool { return true })
+	if err != nil {
+		return nil, err
+	}
+	jobSetPods := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "jobset.sigs.k8s.io/jobset-name", Operator: metav1.LabelSelectorOpExists,
+	}}}
+	for _, c := range set.mutating {
+		for i := range c.Webhooks {
+			if c.Webhooks[i].Name == "mpod.kb.io" {
+				c.Webhooks[i].ObjectSelector = jobSetPods
+			}
+		}
+	}
+	for _, c := range set.validating {
+		for i := range c.Webhooks {
+			if c.Webhooks[i].Name == "vpod.kb.io" {
+				c.Webhooks[i].ObjectSelector = jobSetPods
+			}
+		}
+	}
+	return set, nil
+}
+
+// kueueHubWebhooks are the Kueue webhooks a trainyard hub needs: Kueue's own
+// objects and the job kinds users submit there. Webhooks for pods and other
+// integrations are left out: the hub runs no pods, and a webhook whose
+// server is briefly down would block unrelated writes.
+func kueueHubWebhooks() (*webhookSet, error) {
+	dir, err := ModuleDir("sigs.k8s.io/kueue")
+	if err != nil {
+		return nil, err
+	}
+	keep := map[string]bool{
+		"clusterqueue": true, "cohort": true, "resourceflavor": true, "workload": true,
+		"trainjob": true, "jobset": true, "job": true,
+	}
+	return loadWebhooks(filepath.Join(dir, "config/components/webhook/manifests.yaml"), "kueue",
+		func(name string) bool {
+			// Names are "m" or "v" followed by the kind: mworkload.kb.io.
+			kind := strings.TrimSuffix(name, ".kb.io")
+			return len(kind) > 1 && keep[kind[1:]]
+		})
+}

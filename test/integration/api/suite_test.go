@@ -1,0 +1,31 @@
+// Package api tests trainyard's CRDs as the API server serves them: the
+// OpenAPI bounds and CEL rules that reject bad Targets and Dispatches.
+package api
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+)
+
+var k8sClient client.Client
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	cluster, err := kube.Start(context.Background(), kube.Options{Name: "api", CRDs: []string{kube.CRDsTrainyard}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start API server:", err)
+		return 1
+	}
+	defer cluster.Stop()
+	k8sClient = cluster.Client
+	return m.Run()
+}

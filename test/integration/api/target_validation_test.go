@@ -1,0 +1,140 @@
+package api
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+func TestTargetValidation(t *testing.T) {
+	cases := map[string]struct {
+		target  *v1alpha1.Target
+		wantErr string // "" means the API server accepts it
+	}{
+		"valid kubernetes target": {
+			target: tytesting.MakeKubernetesTarget("k-ok", "gpu-a").Obj(),
+		},
+		"valid slurm target": {
+			target: tytesting.MakeSlurmTarget("s-ok", "hpc", "gpu").
+				SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "alice", Account: "ml", QOS: "normal"}).Obj(),
+		},
+		"kubernetes target without kubernetes block": {
+			target:  tytesting.MakeKubernetesTarget("k-noblock", "gpu-a").Kubernetes(nil).Obj(),
+			wantErr: "a Kubernetes target sets spec.kubernetes and not spec.slurm",
+		},
+		"kubernetes target with a slurm block": {
+			target: tytesting.MakeKubernetesTarget("k-both", "gpu-a").
+				Slurm(tytesting.MakeSlurmTarget("x", "gpu-a", "gpu").Obj().Spec.Slurm).Obj(),
+			wantErr: "a Kubernetes target sets spec.kubernetes and not spec.slurm",
+		},
+		"slurm target without slurm block": {
+			target:  tytesting.MakeSlurmTarget("s-noblock", "hpc", "gpu").Slurm(nil).Obj(),
+			wantErr: "a Slurm target sets spec.slurm and not spec.kubernetes",
+		},
+		"unknown type": {
+			target:  tytesting.MakeKubernetesTarget("k-type", "gpu-a").Type("Nomad").Obj(),
+			wantErr: `spec.type: Unsupported value: "Nomad"`,
+		},
+		"no flavors": {
+			target:  tytesting.MakeKubernetesTarget("k-noflavor", "gpu-a").Flavors().Obj(),
+			wantErr: "spec.flavors",
+		},
+		"flavor not a DNS name": {
+			target:  tytesting.MakeKubernetesTarget("k-badflavor", "Bad_Flavor").Obj(),
+			wantErr: "spec.flavors[0]",
+		},
+		"agent namespace not a DNS label": {
+			target:  tytesting.MakeKubernetesTarget("k-badns", "gpu-a").AgentNamespace("Not.A.Label").Obj(),
+			wantErr: "spec.agent.namespace",
+		},
+		"slurm endpoint not a URL": {
+			target:  tytesting.MakeSlurmTarget("s-url", "hpc", "gpu").SlurmEndpoint("not a url").Obj(),
+			wantErr: "endpoint must be an http or https URL",
+		},
+		"slurm endpoint with another scheme": {
+			target:  tytesting.MakeSlurmTarget("s-scheme", "hpc", "gpu").SlurmEndpoint("ftp://slurm:6820").Obj(),
+			wantErr: "endpoint must be an http or https URL",
+		},
+		"slurm partition for a flavor the target does not serve": {
+			target:  tytesting.MakeSlurmTarget("s-flavor", "hpc", "gpu").SlurmPartition("other", "cpu").Obj(),
+			wantErr: "every spec.slurm.partitions[].flavor must be listed in spec.flavors",
+		},
+		"slurm partition name with shell characters": {
+			target:  tytesting.MakeSlurmTarget("s-shell", "hpc", "gpu;rm -rf /").Obj(),
+			wantErr: "spec.slurm.partitions[0].partition",
+		},
+		"slurm user that is not a Unix user name": {
+			target: tytesting.MakeSlurmTarget("s-user", "hpc", "gpu").
+				SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "$(id)"}).Obj(),
+			wantErr: "spec.slurm.accounts[0].user",
+		},
+		"slurm namespace mapped twice": {
+			target: tytesting.MakeSlurmTarget("s-dup", "hpc", "gpu").
+				SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "alice"}).
+				SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "bob"}).Obj(),
+			wantErr: "Duplicate value",
+		},
+		"slurm api version not served": {
+			target: func() *v1alpha1.Target {
+				tg := tytesting.MakeSlurmTarget("s-ver", "hpc", "gpu").Obj()
+				tg.Spec.Slurm.APIVersion = "v0.0.38"
+				return tg
+			}(),
+			wantErr: `Unsupported value: "v0.0.38"`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := k8sClient.Create(context.Background(), tc.target)
+			checkAdmission(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestTargetDefaults(t *testing.T) {
+	ctx := context.Background()
+	tg := tytesting.MakeSlurmTarget("s-defaults", "hpc", "gpu").Obj()
+	if err := k8sClient.Create(ctx, tg); err != nil {
+		t.Fatal(err)
+	}
+	if tg.Spec.Slurm.APIVersion != v1alpha1.SlurmAPIVersionV0041 || tg.Spec.Slurm.DefaultLauncher != v1alpha1.LauncherTorchrun ||
+		tg.Spec.Slurm.ContainerRuntime != v1alpha1.ContainerRuntimeNone {
+		t.Errorf("slurm defaults not applied: %+v", tg.Spec.Slurm)
+	}
+	kt := tytesting.MakeKubernetesTarget("k-defaults", "gpu-a").Obj()
+	if err := k8sClient.Create(ctx, kt); err != nil {
+		t.Fatal(err)
+	}
+	if kt.Spec.Kubernetes.Backend != v1alpha1.KubernetesBackendJobSet || kt.Spec.Kubernetes.Namespace != "trainyard-jobs" {
+		t.Errorf("kubernetes defaults not applied: %+v", kt.Spec.Kubernetes)
+	}
+}
+
+func TestTargetTypeIsImmutable(t *testing.T) {
+	ctx := context.Background()
+	tg := tytesting.MakeKubernetesTarget("k-immutable", "gpu-a").Obj()
+	if err := k8sClient.Create(ctx, tg); err != nil {
+		t.Fatal(err)
+	}
+	tg.Spec.Type = v1alpha1.TargetTypeSlurm
+	tg.Spec.Kubernetes = nil
+	tg.Spec.Slurm = tytesting.MakeSlurmTarget("x", "gpu-a", "gpu").Obj().Spec.Slurm
+	checkAdmission(t, k8sClient.Update(ctx, tg), "type is immutable")
+}
+
+// checkAdmission asserts that err is nil when wantErr is empty, and otherwise
+// that the API server refused the write with a message containing wantErr.
+func checkAdmission(t *testing.T, err error, wantErr string) {
+	t.Helper()
+	switch {
+	case wantErr == "" && err != nil:
+		t.Fatalf("rejected a valid object: %v", err)
+	case wantErr != "" && err == nil:
+		t.Fatalf("accepted an invalid object; want an error containing %q", wantErr)
+	case wantErr != "" && !strings.Contains(err.Error(), wantErr):
+		t.Fatalf("error %q does not contain %q", err.Error(), wantErr)
+	}
+}

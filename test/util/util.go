@@ -1,0 +1,57 @@
+// Package util holds the polling intervals and helpers shared by
+// trainyard's integration suites.
+package util
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+)
+
+const (
+	// Timeout bounds waits for controllers to converge; the 2-core CI
+	// machine runs three control planes at once.
+	Timeout = 90 * time.Second
+	// Interval is the polling period of Eventually.
+	Interval = 250 * time.Millisecond
+)
+
+// ConditionTrue reports whether obj's condition of type t is True; it
+// returns an error naming the condition's state otherwise, which Eventually
+// prints on timeout.
+func ConditionTrue(ctx context.Context, c client.Client, obj client.Object, conds func() []metav1.Condition, t string) error {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return err
+	}
+	cond := meta.FindStatusCondition(conds(), t)
+	if cond == nil {
+		return fmt.Errorf("%s has no %s condition yet", obj.GetName(), t)
+	}
+	if cond.Status != metav1.ConditionTrue {
+		return fmt.Errorf("%s condition %s is %s: %s: %s", obj.GetName(), t, cond.Status, cond.Reason, cond.Message)
+	}
+	return nil
+}
+
+// DumpLogsOnFailure prints the tail of every component log of the
+// clusters when a suite failed, so CI output shows why.
+func DumpLogsOnFailure(code int, clusters ...*kube.Cluster) {
+	if code == 0 {
+		return
+	}
+	for _, c := range clusters {
+		if c == nil {
+			continue
+		}
+		for _, p := range c.Processes() {
+			fmt.Fprintf(os.Stderr, "----- %s/%s (%s) -----\n%s\n", c.Name, p.Name, p.LogPath, p.LogTail(4000))
+		}
+	}
+}
