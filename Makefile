@@ -27,6 +27,10 @@ tools: ## Build the control-plane binaries, Kueue, JobSet, kwok and controller-g
 slurm-root: ## Build the Debian trixie chroot with Slurm 24.11 (cached).
 	hack/slurm/build-root.sh
 
+.PHONY: dev-up
+dev-up: tools slurm-root ## Start the local sandbox (hub + Kueue, 2 kwok spokes, Slurm); Ctrl-C stops it.
+	go run ./cmd/trainyard dev up
+
 ##@ Code generation
 
 .PHONY: generate
