@@ -1,0 +1,121 @@
+package backends
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+)
+
+// Backend runs Dispatches on one execution system. Every method is safe to
+// call again after a crash at any point: Submit adopts remote work it
+// created before, Cancel of work already gone reports it gone.
+type Backend interface {
+	// Submit creates the remote work for d unless it exists, and returns its
+	// reference. An error wrapping ErrRejected means the system refuses this
+	// job for good (retrying the same Dispatch cannot help).
+	Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.RemoteRef, error)
+	// Observe reports the remote work's state; ErrNotFound when none exists.
+	Observe(ctx context.Context, d *v1alpha1.Dispatch) (*Status, error)
+	// Cancel stops and deletes the remote work of d. It returns gone=true
+	// once nothing of it is left, so the caller can release the Dispatch.
+	Cancel(ctx context.Context, d *v1alpha1.Dispatch) (gone bool, err error)
+	// Capacity reports what the system has and what is free, per topology domain.
+	Capacity(ctx context.Context) (*Capacity, error)
+}
+
+// RemoteLister is implemented by backends that can list the remote work
+// they made, so the agent can delete work whose Dispatch no longer exists
+// (stale work of a fenced attempt, or of a job deleted while the agent was away).
+type RemoteLister interface {
+	ListRemote(ctx context.Context) ([]RemoteWork, error)
+	// Delete removes one piece of remote work found by ListRemote.
+	Delete(ctx context.Context, w RemoteWork) error
+}
+
+// RemoteWork is remote work tagged with the Dispatch that made it.
+type RemoteWork struct {
+	Ref               v1alpha1.RemoteRef
+	DispatchNamespace string
+	DispatchName      string
+	Attempt           int32
+}
+
+// Status is the state of remote work as the backend sees it.
+type Status struct {
+	Phase          v1alpha1.DispatchPhase
+	Reason         string
+	Message        string
+	Replicas       []v1alpha1.ReplicaStatus
+	ExitCode       *int32
+	StartTime      *metav1.Time
+	CompletionTime *metav1.Time
+}
+
+// Capacity is a system's resources and topology.
+type Capacity struct {
+	Capacity corev1.ResourceList
+	Free     corev1.ResourceList
+	Topology *v1alpha1.TopologyStatus
+}
+
+var (
+	// ErrNotFound: no remote work exists for the Dispatch.
+	ErrNotFound = errors.New("remote work not found")
+	// ErrRejected: the system refuses the job permanently.
+	ErrRejected = errors.New("rejected by backend")
+)
+
+// Labels and annotations remote work carries, so the agent can find the
+// Dispatch that made it.
+const (
+	LabelDispatchNamespace = "trainyard.dev/dispatch-namespace"
+	LabelDispatchName      = "trainyard.dev/dispatch-name"
+	LabelWorkloadUID       = "trainyard.dev/workload-uid"
+	LabelAttempt           = "trainyard.dev/attempt"
+	LabelTarget            = "trainyard.dev/target"
+	LabelManagedBy         = "app.kubernetes.io/managed-by"
+	ManagedByValue         = "trainyard"
+)
+
+// RemoteName is the name remote work of d gets: derived from the Workload
+// UID and attempt only, so a retried create finds the same name and never
+// makes a second job. The TrainJob name is kept in front, shortened, for
+// people reading the spoke; the result is a DNS label of at most 40 bytes,
+// which leaves JobSet room to name its Jobs and Pods.
+func RemoteName(d *v1alpha1.Dispatch) string {
+	sum := sha256.Sum256([]byte(string(d.Spec.Workload.UID)))
+	id := hex.EncodeToString(sum[:])[:10]
+	attempt := strconv.Itoa(int(d.Spec.Attempt))
+	prefix := d.Spec.TrainJob.Name
+	max := 40 - len(id) - len(attempt) - 3
+	if len(prefix) > max {
+		prefix = prefix[:max]
+	}
+	for len(prefix) > 0 && (prefix[len(prefix)-1] == '-' || prefix[len(prefix)-1] == '.') {
+		prefix = prefix[:len(prefix)-1]
+	}
+	if prefix == "" {
+		prefix = "job"
+	}
+	return fmt.Sprintf("%s-%s-a%s", prefix, id, attempt)
+}
+
+// RemoteLabels are the labels every piece of remote work of d carries.
+func RemoteLabels(d *v1alpha1.Dispatch) map[string]string {
+	return map[string]string{
+		LabelDispatchNamespace: d.Namespace,
+		LabelDispatchName:      d.Name,
+		LabelWorkloadUID:       string(d.Spec.Workload.UID),
+		LabelAttempt:           strconv.Itoa(int(d.Spec.Attempt)),
+		LabelTarget:            d.Spec.TargetName,
+		LabelManagedBy:         ManagedByValue,
+	}
+}
