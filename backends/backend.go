@@ -64,6 +64,8 @@ type Capacity struct {
 	Capacity corev1.ResourceList
 	Free     corev1.ResourceList
 	Topology *v1alpha1.TopologyStatus
+	// MaxGPUsPerNode is the largest node's allocatable GPUs (0: unknown).
+	MaxGPUsPerNode int64
 }
 
 var (
@@ -78,9 +80,9 @@ var (
 const (
 	LabelDispatchNamespace = "trainyard.dev/dispatch-namespace"
 	LabelDispatchName      = "trainyard.dev/dispatch-name"
-	LabelWorkloadUID       = "trainyard.dev/workload-uid"
-	LabelAttempt           = "trainyard.dev/attempt"
-	LabelTarget            = "trainyard.dev/target"
+	LabelWorkloadUID       = v1alpha1.LabelWorkloadUID
+	LabelAttempt           = v1alpha1.LabelAttempt
+	LabelTarget            = v1alpha1.LabelTarget
 	LabelManagedBy         = "app.kubernetes.io/managed-by"
 	ManagedByValue         = "trainyard"
 )

@@ -1,0 +1,236 @@
+package jobset
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+func testScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(jobsetv1alpha2.AddToScheme(s))
+	return s
+}
+
+func newFakeClient(objs ...client.Object) client.WithWatch {
+	return fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(objs...).Build()
+}
+
+func testDispatch(name string) *v1alpha1.Dispatch {
+	tj := tyt.MakeTrainJob("train", "team-a").NumNodes(2).GPUsPerNode(4).Obj()
+	return torchDispatch(name, tj, tyt.TorchRuntimeSpec(1), 2).Obj()
+}
+
+func jobSetNames(t *testing.T, c client.Client) []string {
+	t.Helper()
+	var list jobsetv1alpha2.JobSetList
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatalf("list jobsets: %v", err)
+	}
+	var names []string
+	for _, js := range list.Items {
+		names = append(names, js.Namespace+"/"+js.Name)
+	}
+	return names
+}
+
+func TestSubmitCreatesThenAdopts(t *testing.T) {
+	ctx, c := context.Background(), newFakeClient()
+	d := testDispatch("d1")
+	want := &v1alpha1.RemoteRef{Kind: Kind, Namespace: testNS, Name: backends.RemoteName(d)}
+	for i := range 3 {
+		// A fresh Backend each time: the caller lost every earlier answer.
+		got, err := New(c, Options{Namespace: testNS}).Submit(ctx, d)
+		if err != nil {
+			t.Fatalf("Submit #%d: %v", i+1, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Submit #%d ref (-want +got):\n%s", i+1, diff)
+		}
+	}
+	if diff := cmp.Diff([]string{testNS + "/" + want.Name}, jobSetNames(t, c)); diff != "" {
+		t.Errorf("jobsets (-want +got):\n%s", diff)
+	}
+}
+
+// TestSubmitAdoptsAfterAlreadyExists: the cache has not seen the JobSet an
+// earlier Submit created, so Create meets AlreadyExists; Submit then adopts.
+func TestSubmitAdoptsAfterAlreadyExists(t *testing.T) {
+	ctx := context.Background()
+	d := testDispatch("d1")
+	existing, err := Render(d, RenderOptions{Namespace: testNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleGets := 2 // the first Get, and the first re-read after AlreadyExists
+	c := interceptor.NewClient(newFakeClient(existing), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*jobsetv1alpha2.JobSet); ok && staleGets > 0 {
+				staleGets--
+				return apierrors.NewNotFound(schema.GroupResource{Group: "jobset.x-k8s.io", Resource: "jobsets"}, key.Name)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	ref, err := New(c, Options{Namespace: testNS}).Submit(ctx, d)
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	if ref.Name != existing.Name || len(jobSetNames(t, c)) != 1 {
+		t.Errorf("Submit = %+v with jobsets %v; want the one existing %s", ref, jobSetNames(t, c), existing.Name)
+	}
+}
+
+func TestSubmitRefusesOthersJobSet(t *testing.T) {
+	ctx := context.Background()
+	d := testDispatch("d1")
+	other, err := Render(d, RenderOptions{Namespace: testNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Labels[backends.LabelWorkloadUID] = "someone-else"
+	c := newFakeClient(other)
+	b := New(c, Options{Namespace: testNS})
+	if _, err := b.Submit(ctx, d); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Submit = %v, want ErrNotOwned", err)
+	}
+	if _, err := b.Cancel(ctx, d); !errors.Is(err, ErrNotOwned) {
+		t.Errorf("Cancel = %v, want ErrNotOwned", err)
+	}
+	var after jobsetv1alpha2.JobSet
+	if err := c.Get(ctx, client.ObjectKeyFromObject(other), &after); err != nil || after.Labels[backends.LabelWorkloadUID] != "someone-else" {
+		t.Errorf("the other JobSet was touched: %v, labels %v", err, after.Labels)
+	}
+}
+
+func TestSubmitRejectsBadInputWithoutCreating(t *testing.T) {
+	c := newFakeClient()
+	d := testDispatch("d1")
+	d.Spec.PodSets[0].Count = 1
+	if _, err := New(c, Options{Namespace: testNS}).Submit(context.Background(), d); !errors.Is(err, backends.ErrRejected) {
+		t.Errorf("Submit = %v, want ErrRejected", err)
+	}
+	if names := jobSetNames(t, c); len(names) != 0 {
+		t.Errorf("jobsets %v created for rejected input", names)
+	}
+}
+
+// TestSubmitCreatesMissingNamespace: the API server refuses objects in a
+// namespace that does not exist; Submit creates it and retries.
+func TestSubmitCreatesMissingNamespace(t *testing.T) {
+	base := newFakeClient()
+	nsExists := false
+	c := interceptor.NewClient(base, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Namespace); ok {
+				nsExists = true
+			} else if !nsExists {
+				return apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, obj.GetNamespace())
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	if _, err := New(c, Options{Namespace: testNS}).Submit(context.Background(), testDispatch("d1")); err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	var ns corev1.Namespace
+	if err := base.Get(context.Background(), client.ObjectKey{Name: testNS}, &ns); err != nil {
+		t.Errorf("namespace: %v", err)
+	}
+	if names := jobSetNames(t, base); len(names) != 1 {
+		t.Errorf("jobsets = %v, want one", names)
+	}
+}
+
+func TestCancelReportsGoneOnlyWhenPodsAreGone(t *testing.T) {
+	ctx, c := context.Background(), newFakeClient()
+	d := testDispatch("d1")
+	b := New(c, Options{Namespace: testNS})
+	ref, err := b.Submit(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftover := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ref.Name + "-node-0-0", Namespace: testNS,
+		Labels: map[string]string{jobsetv1alpha2.JobSetNameKey: ref.Name}}}
+	if err := c.Create(ctx, leftover); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		do   func()
+		want bool
+	}{
+		{do: func() {}, want: false},                             // deletes the JobSet
+		{do: func() {}, want: false},                             // JobSet gone, a pod is left
+		{do: func() { _ = c.Delete(ctx, leftover) }, want: true}, // nothing left
+		{do: func() {}, want: true},                              // and it stays so
+	}
+	for i, s := range steps {
+		s.do()
+		gone, err := b.Cancel(ctx, d)
+		if err != nil || gone != s.want {
+			t.Errorf("Cancel #%d = %v, %v; want %v", i+1, gone, err, s.want)
+		}
+	}
+	if _, err := b.Observe(ctx, d); !errors.Is(err, backends.ErrNotFound) {
+		t.Errorf("Observe after Cancel = %v, want ErrNotFound", err)
+	}
+}
+
+func TestListRemoteAndDelete(t *testing.T) {
+	ctx := context.Background()
+	mine, err := Render(testDispatch("d1"), RenderOptions{Namespace: testNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldAttempt, err := Render(tyt.MakeDispatch("d2", "trainyard-spoke1", "spoke1").Attempt(3).
+		SnapshotTrainJob(tyt.MakeTrainJob("other", "team-a").NumNodes(1).Obj()).
+		SnapshotRuntime(ctr, "torch-distributed", tyt.TorchRuntimeSpec(1)).Obj(), RenderOptions{Namespace: testNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmanaged := &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "by-hand", Namespace: testNS}}
+	elsewhere := mine.DeepCopy()
+	elsewhere.Namespace = "other-ns"
+	c := newFakeClient(mine, oldAttempt, unmanaged, elsewhere)
+	b := New(c, Options{Namespace: testNS})
+
+	got, err := b.ListRemote(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []backends.RemoteWork{
+		{Ref: v1alpha1.RemoteRef{Kind: Kind, Namespace: testNS, Name: oldAttempt.Name}, DispatchNamespace: "trainyard-spoke1", DispatchName: "d2", Attempt: 3},
+		{Ref: v1alpha1.RemoteRef{Kind: Kind, Namespace: testNS, Name: mine.Name}, DispatchNamespace: "trainyard-spoke1", DispatchName: "d1", Attempt: 1},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ListRemote (-want +got):\n%s", diff)
+	}
+	if err := b.Delete(ctx, got[0]); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if err := b.Delete(ctx, got[0]); err != nil {
+		t.Errorf("Delete of deleted work: %v", err)
+	}
+	wantLeft := []string{"other-ns/" + mine.Name, testNS + "/by-hand", testNS + "/" + mine.Name}
+	if diff := cmp.Diff(wantLeft, jobSetNames(t, c)); diff != "" {
+		t.Errorf("jobsets left (-want +got):\n%s", diff)
+	}
+}

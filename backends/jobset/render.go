@@ -1,0 +1,183 @@
+package jobset
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
+)
+
+const (
+	// AnnotationRuntimeHash records the runtime snapshot a JobSet was
+	// rendered from, for people comparing a spoke job with its Dispatch.
+	AnnotationRuntimeHash = "trainyard.dev/runtime-hash"
+
+	// queueNameLabel is Kueue's LocalQueue label; a spoke running its own
+	// Kueue would otherwise queue the job a second time.
+	queueNameLabel = "kueue.x-k8s.io/queue-name"
+	// kueuePatchManager owns the runtime patch Kueue writes into an admitted
+	// TrainJob: the hub flavor's node selectors and tolerations, and
+	// scheduling gates only the hub's Kueue would ever lift.
+	kueuePatchManager = "kueue.x-k8s.io/manager"
+)
+
+// RenderOptions says where the rendered JobSet lives on the spoke.
+type RenderOptions struct {
+	// Namespace on the spoke for the JobSet.
+	Namespace string
+}
+
+// Render turns d into the JobSet that runs it on a spoke: Trainer's runtime
+// framework builds it from the TrainJob and runtime snapshots, then trainyard
+// names it, labels it and pins its pod sets to their topology domains. Input
+// that can never render returns an error wrapping backends.ErrRejected.
+func Render(d *v1alpha1.Dispatch, opts RenderOptions) (*jobsetv1alpha2.JobSet, error) {
+	if opts.Namespace == "" {
+		return nil, fmt.Errorf("render %s/%s: no spoke namespace", d.Namespace, d.Name)
+	}
+	tj, err := remoteTrainJob(d, opts.Namespace)
+	if err != nil {
+		return nil, rejected(d, err)
+	}
+	spec, err := runtimeSpec(d)
+	if err != nil {
+		return nil, rejected(d, err)
+	}
+	fw, err := sharedFramework()
+	if err != nil {
+		return nil, err
+	}
+	js, err := fw.buildJobSet(tj, spec)
+	if err != nil {
+		return nil, rejected(d, err)
+	}
+	if err := placePodSets(js, d.Spec.PodSets); err != nil {
+		return nil, rejected(d, err)
+	}
+	finish(js, d)
+	return js, nil
+}
+
+func rejected(d *v1alpha1.Dispatch, err error) error {
+	return fmt.Errorf("%w: dispatch %s/%s: %w", backends.ErrRejected, d.Namespace, d.Name, err)
+}
+
+// remoteTrainJob is the TrainJob Trainer's framework renders from. It carries
+// the remote name and namespace, because Trainer derives the JobSet's name
+// and the torch rendezvous address (PET_MASTER_ADDR) from them. Its metadata
+// is built fresh, so no hub label (Kueue's queue name among them) is copied.
+func remoteTrainJob(d *v1alpha1.Dispatch, namespace string) (*trainer.TrainJob, error) {
+	tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{
+		Name: backends.RemoteName(d), Namespace: namespace, UID: d.Spec.TrainJob.UID,
+	}}
+	if err := decodeObject(d.Spec.TrainJob.Spec.Raw, &tj.Spec); err != nil {
+		return nil, fmt.Errorf("decode trainJob spec: %w", err)
+	}
+	if err := checkRuntimeRef(&tj.Spec.RuntimeRef, d.Spec.Runtime.Kind); err != nil {
+		return nil, err
+	}
+	// The hub's Kueue suspends and may own the TrainJob; on the spoke the job
+	// runs now and belongs to the spoke's JobSet controller.
+	tj.Spec.Suspend = nil
+	tj.Spec.ManagedBy = nil
+	tj.Spec.RuntimePatches = slices.DeleteFunc(tj.Spec.RuntimePatches, func(p trainer.RuntimePatch) bool {
+		return p.Manager == kueuePatchManager
+	})
+	return tj, nil
+}
+
+// checkRuntimeRef fills the group and kind the API server defaults on the
+// hub, and refuses a reference that disagrees with the snapshot's kind.
+func checkRuntimeRef(ref *trainer.RuntimeRef, kind v1alpha1.RuntimeKind) error {
+	if ref.APIGroup == nil || *ref.APIGroup == "" {
+		ref.APIGroup = ptr.To(trainer.GroupVersion.Group)
+	}
+	if ref.Kind == nil || *ref.Kind == "" {
+		ref.Kind = ptr.To(string(kind))
+	}
+	if *ref.APIGroup != trainer.GroupVersion.Group {
+		return fmt.Errorf("unsupported runtime group %q", *ref.APIGroup)
+	}
+	if *ref.Kind != string(kind) {
+		return fmt.Errorf("trainJob refers to a %s but the runtime snapshot is a %s", *ref.Kind, kind)
+	}
+	return nil
+}
+
+// runtimeSpec decodes the runtime snapshot and refuses what this backend
+// cannot run. MPI and Flux need more objects than the JobSet (an SSH secret
+// and hostfile, a Flux config map), and pod group policies need a PodGroup
+// and its scheduler on the spoke; none of these are rendered yet.
+func runtimeSpec(d *v1alpha1.Dispatch) (*trainer.TrainingRuntimeSpec, error) {
+	spec := &trainer.TrainingRuntimeSpec{}
+	if err := decodeObject(d.Spec.Runtime.Spec.Raw, spec); err != nil {
+		return nil, fmt.Errorf("decode runtime %s %q: %w", d.Spec.Runtime.Kind, d.Spec.Runtime.Name, err)
+	}
+	if len(spec.Template.Spec.ReplicatedJobs) == 0 {
+		return nil, fmt.Errorf("runtime %q has no replicated jobs", d.Spec.Runtime.Name)
+	}
+	if ml := spec.MLPolicy; ml != nil {
+		switch {
+		case ml.MPI != nil:
+			return nil, fmt.Errorf("runtime %q: MPI runtimes are not supported by the JobSet backend", d.Spec.Runtime.Name)
+		case ml.Flux != nil:
+			return nil, fmt.Errorf("runtime %q: Flux runtimes are not supported by the JobSet backend", d.Spec.Runtime.Name)
+		}
+	}
+	if spec.PodGroupPolicy != nil {
+		return nil, fmt.Errorf("runtime %q: podGroupPolicy is not supported by the JobSet backend", d.Spec.Runtime.Name)
+	}
+	return spec, nil
+}
+
+// decodeObject decodes a JSON object; empty or non-object input is an error
+// rather than a silently empty spec.
+func decodeObject(raw []byte, into any) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return fmt.Errorf("not a JSON object")
+	}
+	return json.Unmarshal(raw, into)
+}
+
+// finish applies what trainyard owns on every JobSet: its labels (so the
+// agent finds the Dispatch), the runtime hash, and the settings that let the
+// spoke's JobSet controller run it at once.
+func finish(js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) {
+	labels := backends.RemoteLabels(d)
+	js.Labels = withLabels(js.Labels, labels)
+	if js.Annotations == nil {
+		js.Annotations = map[string]string{}
+	}
+	js.Annotations[AnnotationRuntimeHash] = d.Spec.Runtime.Hash
+	// Trainer points the JobSet at the TrainJob, which does not exist on the
+	// spoke: the garbage collector would delete the JobSet at once.
+	js.OwnerReferences = nil
+	js.Spec.Suspend = ptr.To(false)
+	js.Spec.ManagedBy = nil
+	for i := range js.Spec.ReplicatedJobs {
+		tmpl := &js.Spec.ReplicatedJobs[i].Template
+		tmpl.Labels = withLabels(tmpl.Labels, labels)
+		tmpl.Spec.Template.Labels = withLabels(tmpl.Spec.Template.Labels, labels)
+	}
+}
+
+// withLabels returns have with add merged in and Kueue's queue label removed.
+func withLabels(have, add map[string]string) map[string]string {
+	out := maps.Clone(have)
+	if out == nil {
+		out = make(map[string]string, len(add))
+	}
+	maps.Copy(out, add)
+	delete(out, queueNameLabel)
+	return out
+}

@@ -1,0 +1,163 @@
+package jobset
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
+)
+
+// Reasons Observe reports when the JobSet's own condition gives none.
+const (
+	ReasonCreated   = "JobSetCreated"
+	ReasonRunning   = "PodsRunning"
+	ReasonCompleted = "Completed"
+	ReasonFailed    = "Failed"
+	ReasonDeleted   = "JobSetDeleted"
+)
+
+// Observe maps d's JobSet, and its pods where they tell more (start time,
+// exit code), to a backend status.
+func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.Status, error) {
+	name := backends.RemoteName(d)
+	js, err := b.get(ctx, name)
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("jobset %s/%s: %w", b.opts.Namespace, name, backends.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get jobset %s/%s: %w", b.opts.Namespace, name, err)
+	}
+	if err := checkOwned(js, d); err != nil {
+		return nil, err
+	}
+	var pods []corev1.Pod
+	if needsPods(js) {
+		if pods, err = b.pods(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	return jobSetStatus(js, pods, b.opts.Clock.Now()), nil
+}
+
+// needsPods: pods are only read once something has run.
+func needsPods(js *jobsetv1alpha2.JobSet) bool {
+	return finishedCondition(js) != nil || anyActive(js)
+}
+
+// jobSetStatus is the mapping itself, kept free of clients for tests.
+func jobSetStatus(js *jobsetv1alpha2.JobSet, pods []corev1.Pod, now time.Time) *backends.Status {
+	st := &backends.Status{Replicas: replicas(js)}
+	cond := finishedCondition(js)
+	switch {
+	case cond != nil && cond.Type == string(jobsetv1alpha2.JobSetCompleted):
+		st.Phase, st.Reason, st.Message = v1alpha1.DispatchSucceeded, reasonOr(cond, ReasonCompleted), cond.Message
+		st.CompletionTime = ptrTime(cond.LastTransitionTime)
+		st.StartTime = earliestStart(pods)
+	case cond != nil:
+		st.Phase, st.Reason, st.Message = v1alpha1.DispatchFailed, reasonOr(cond, ReasonFailed), cond.Message
+		st.CompletionTime = ptrTime(cond.LastTransitionTime)
+		st.StartTime = earliestStart(pods)
+		st.ExitCode = failedExitCode(pods)
+	case js.DeletionTimestamp != nil:
+		// Deleted before it finished: by our Cancel, or by someone on the spoke.
+		st.Phase, st.Reason = v1alpha1.DispatchCancelled, ReasonDeleted
+		st.Message = "the JobSet is being deleted"
+	case anyActive(js):
+		st.Phase, st.Reason = v1alpha1.DispatchRunning, ReasonRunning
+		if st.StartTime = earliestStart(pods); st.StartTime == nil {
+			st.StartTime = &metav1.Time{Time: now}
+		}
+	default:
+		st.Phase, st.Reason = v1alpha1.DispatchSubmitted, ReasonCreated
+	}
+	return st
+}
+
+// finishedCondition is the JobSet's true Completed or Failed condition.
+func finishedCondition(js *jobsetv1alpha2.JobSet) *metav1.Condition {
+	for _, t := range []jobsetv1alpha2.JobSetConditionType{jobsetv1alpha2.JobSetCompleted, jobsetv1alpha2.JobSetFailed} {
+		if c := apimeta.FindStatusCondition(js.Status.Conditions, string(t)); c != nil && c.Status == metav1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+func anyActive(js *jobsetv1alpha2.JobSet) bool {
+	for _, r := range js.Status.ReplicatedJobsStatus {
+		if r.Active > 0 || r.Ready > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// replicas copies the JobSet's counts. They count child Jobs, not pods:
+// Trainer renders one Job per replicated job with numNodes pods, so a
+// replica is the whole pod set.
+func replicas(js *jobsetv1alpha2.JobSet) []v1alpha1.ReplicaStatus {
+	if len(js.Status.ReplicatedJobsStatus) == 0 {
+		return nil
+	}
+	out := make([]v1alpha1.ReplicaStatus, 0, len(js.Status.ReplicatedJobsStatus))
+	for _, r := range js.Status.ReplicatedJobsStatus {
+		out = append(out, v1alpha1.ReplicaStatus{Name: r.Name, Active: r.Active, Ready: r.Ready, Succeeded: r.Succeeded, Failed: r.Failed})
+	}
+	return out
+}
+
+func reasonOr(c *metav1.Condition, fallback string) string {
+	if c.Reason != "" {
+		return c.Reason
+	}
+	return fallback
+}
+
+func ptrTime(t metav1.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func earliestStart(pods []corev1.Pod) *metav1.Time {
+	var first *metav1.Time
+	for i := range pods {
+		if s := pods[i].Status.StartTime; s != nil && (first == nil || s.Before(first)) {
+			first = s.DeepCopy()
+		}
+	}
+	return first
+}
+
+// failedExitCode is the non-zero exit code of the first container that
+// failed, by finish time, among the pods; nil when none reports one.
+func failedExitCode(pods []corev1.Pod) *int32 {
+	type exit struct {
+		at   time.Time
+		code int32
+	}
+	var exits []exit
+	for _, p := range pods {
+		for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+			if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+				exits = append(exits, exit{at: t.FinishedAt.Time, code: t.ExitCode})
+			}
+		}
+	}
+	if len(exits) == 0 {
+		return nil
+	}
+	sort.SliceStable(exits, func(i, j int) bool { return exits[i].at.Before(exits[j].at) })
+	return &exits[0].code
+}

@@ -1,0 +1,117 @@
+package jobset
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
+)
+
+var (
+	t0  = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	now = t0.Add(time.Hour)
+)
+
+func at(minutes int) metav1.Time { return metav1.NewTime(t0.Add(time.Duration(minutes) * time.Minute)) }
+
+func atPtr(minutes int) *metav1.Time { t := at(minutes); return &t }
+
+func jobSetWith(conds []metav1.Condition, rjs ...jobsetv1alpha2.ReplicatedJobStatus) *jobsetv1alpha2.JobSet {
+	return &jobsetv1alpha2.JobSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "js", Namespace: testNS},
+		Status:     jobsetv1alpha2.JobSetStatus{Conditions: conds, ReplicatedJobsStatus: rjs},
+	}
+}
+
+func cond(t jobsetv1alpha2.JobSetConditionType, s metav1.ConditionStatus, reason, msg string, minutes int) metav1.Condition {
+	return metav1.Condition{Type: string(t), Status: s, Reason: reason, Message: msg, LastTransitionTime: at(minutes)}
+}
+
+// pod started at start minutes; exit codes, if any, are its containers'
+// terminations at finish minutes.
+func pod(start, finish int, exits ...int32) corev1.Pod {
+	p := corev1.Pod{Status: corev1.PodStatus{StartTime: atPtr(start)}}
+	for _, code := range exits {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, FinishedAt: at(finish)}},
+		})
+	}
+	return p
+}
+
+func TestJobSetStatus(t *testing.T) {
+	active := jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Active: 1}
+	done := jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Succeeded: 1}
+	failed := jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Failed: 1}
+	deleting := jobSetWith(nil, active)
+	deleting.DeletionTimestamp = atPtr(30)
+	cases := map[string]struct {
+		js   *jobsetv1alpha2.JobSet
+		pods []corev1.Pod
+		want backends.Status
+	}{
+		"just created": {
+			js:   jobSetWith(nil),
+			want: backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated},
+		},
+		"jobs exist, no pod active yet": {
+			js: jobSetWith(nil, jobsetv1alpha2.ReplicatedJobStatus{Name: "node"}),
+			want: backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated,
+				Replicas: []v1alpha1.ReplicaStatus{{Name: "node"}}},
+		},
+		"running, start from the earliest pod": {
+			js:   jobSetWith(nil, active, jobsetv1alpha2.ReplicatedJobStatus{Name: "launcher", Ready: 1, Active: 1}),
+			pods: []corev1.Pod{pod(5, 0), pod(2, 0), {}},
+			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: ReasonRunning, StartTime: atPtr(2),
+				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1}, {Name: "launcher", Active: 1, Ready: 1}}},
+		},
+		"running, no pod reports a start": {
+			js: jobSetWith(nil, jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Ready: 1}),
+			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: ReasonRunning, StartTime: &metav1.Time{Time: now},
+				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Ready: 1}}},
+		},
+		"a false Completed condition is not the end": {
+			js:   jobSetWith([]metav1.Condition{cond(jobsetv1alpha2.JobSetCompleted, metav1.ConditionFalse, "", "", 3)}, active),
+			pods: []corev1.Pod{pod(1, 0)},
+			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: ReasonRunning, StartTime: atPtr(1),
+				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1}}},
+		},
+		"completed": {
+			js:   jobSetWith([]metav1.Condition{cond(jobsetv1alpha2.JobSetCompleted, metav1.ConditionTrue, "AllJobsCompleted", "jobset completed successfully", 9)}, done),
+			pods: []corev1.Pod{pod(1, 8, 0)},
+			want: backends.Status{Phase: v1alpha1.DispatchSucceeded, Reason: "AllJobsCompleted", Message: "jobset completed successfully",
+				StartTime: atPtr(1), CompletionTime: atPtr(9), Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Succeeded: 1}}},
+		},
+		"failed, first failed container's exit code": {
+			js:   jobSetWith([]metav1.Condition{cond(jobsetv1alpha2.JobSetFailed, metav1.ConditionTrue, "FailedJobs", "jobset failed due to one or more job failures", 9)}, failed),
+			pods: []corev1.Pod{pod(1, 6, 0, 137), pod(1, 4, 3), pod(1, 2, 0)},
+			want: backends.Status{Phase: v1alpha1.DispatchFailed, Reason: "FailedJobs", Message: "jobset failed due to one or more job failures",
+				ExitCode: ptr.To[int32](3), StartTime: atPtr(1), CompletionTime: atPtr(9),
+				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Failed: 1}}},
+		},
+		"failed, pods already gone": {
+			js:   jobSetWith([]metav1.Condition{cond(jobsetv1alpha2.JobSetFailed, metav1.ConditionTrue, "", "", 9)}),
+			want: backends.Status{Phase: v1alpha1.DispatchFailed, Reason: ReasonFailed, CompletionTime: atPtr(9)},
+		},
+		"deleted before finishing": {
+			js: deleting,
+			want: backends.Status{Phase: v1alpha1.DispatchCancelled, Reason: ReasonDeleted, Message: "the JobSet is being deleted",
+				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1}}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := jobSetStatus(tc.js, tc.pods, now)
+			if diff := cmp.Diff(tc.want, *got); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,127 @@
+package jobset
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	kftrainerruntime "github.com/kubeflow/trainer/v2/pkg/runtime"
+	kftrainercore "github.com/kubeflow/trainer/v2/pkg/runtime/core"
+	"github.com/kubeflow/trainer/v2/pkg/runtime/framework"
+	kftrainerjobset "github.com/kubeflow/trainer/v2/pkg/runtime/framework/plugins/jobset"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	jobsetv1alpha2ac "sigs.k8s.io/jobset/client-go/applyconfiguration/jobset/v1alpha2"
+)
+
+// trainerFramework is Kubeflow Trainer's runtime framework, run in memory.
+//
+// Trainer's runtimes and plugins are written against a controller-runtime
+// client and field indexer, but the parts trainyard calls never need the
+// cluster: RuntimeInfo takes the runtime spec as an argument (trainyard
+// passes the Dispatch's snapshot), and the JobSet plugin's Build only reads
+// the cluster to skip rebuilding a JobSet that already exists. So both are
+// given an empty in-memory client, whose reads always answer NotFound, and an
+// indexer that records nothing. No API server is contacted and no TrainJob or
+// runtime CRD has to exist on the spoke.
+type trainerFramework struct {
+	runtimes map[string]kftrainerruntime.Runtime
+	jobSet   framework.ComponentBuilderPlugin
+}
+
+var (
+	frameworkOnce sync.Once
+	frameworkVal  *trainerFramework
+	errFramework  error
+)
+
+// sharedFramework initialises Trainer's framework once per process. core.New
+// writes package globals in Trainer, so it must not run concurrently; the
+// returned map is kept here rather than read back through core.Runtimes(), so
+// another caller of core.New in the same binary cannot swap it under us.
+func sharedFramework() (*trainerFramework, error) {
+	frameworkOnce.Do(func() {
+		frameworkVal, errFramework = newTrainerFramework(context.Background())
+	})
+	return frameworkVal, errFramework
+}
+
+func newTrainerFramework(ctx context.Context) (*trainerFramework, error) {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(trainer.AddToScheme(scheme))
+	utilruntime.Must(jobsetv1alpha2.AddToScheme(scheme))
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+
+	runtimes, err := kftrainercore.New(ctx, c, noopIndexer{}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("initialise Trainer runtimes: %w", err)
+	}
+	plugin, err := kftrainerjobset.New(ctx, c, noopIndexer{}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("initialise Trainer JobSet plugin: %w", err)
+	}
+	builder, ok := plugin.(framework.ComponentBuilderPlugin)
+	if !ok {
+		return nil, errors.New("trainer JobSet plugin builds no components")
+	}
+	return &trainerFramework{runtimes: runtimes, jobSet: builder}, nil
+}
+
+// noopIndexer satisfies Trainer's set-up, which registers TrainJob indexes
+// for its reconcilers' List calls; rendering never lists.
+type noopIndexer struct{}
+
+func (noopIndexer) IndexField(context.Context, client.Object, string, client.IndexerFunc) error {
+	return nil
+}
+
+// buildJobSet runs the same steps Trainer's TrainJob controller runs: the
+// runtime's RuntimeInfo (ML policy plugins such as torch, pod group policy,
+// pod network) and then the JobSet plugin's Build, which applies the pod
+// sets' counts, env, ports and volumes and the TrainJob's trainer overrides.
+// Kueue's getChildJobSet stops short of the env merge (it only needs pod
+// counts), which would lose torch's PET_* variables, so its shortcut is not
+// copied here.
+func (f *trainerFramework) buildJobSet(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) (*jobsetv1alpha2.JobSet, error) {
+	key := kftrainerruntime.RuntimeRefToRuntimeRegistryKey(tj.Spec.RuntimeRef)
+	rt, ok := f.runtimes[key]
+	if !ok {
+		return nil, fmt.Errorf("unsupported runtime kind %q", key)
+	}
+	info, err := rt.RuntimeInfo(tj, spec.Template, spec.MLPolicy, spec.PodGroupPolicy)
+	if err != nil {
+		return nil, fmt.Errorf("runtime info: %w", err)
+	}
+	objs, err := f.jobSet.Build(context.Background(), info, tj)
+	if err != nil {
+		return nil, fmt.Errorf("build JobSet: %w", err)
+	}
+	for _, o := range objs {
+		if ac, ok := o.(*jobsetv1alpha2ac.JobSetApplyConfiguration); ok {
+			return fromApply(ac)
+		}
+	}
+	return nil, errors.New("trainer built no JobSet")
+}
+
+// fromApply turns the apply configuration into a typed JobSet through JSON,
+// as Kueue does: both share the wire format.
+func fromApply(ac *jobsetv1alpha2ac.JobSetApplyConfiguration) (*jobsetv1alpha2.JobSet, error) {
+	raw, err := json.Marshal(ac)
+	if err != nil {
+		return nil, err
+	}
+	js := &jobsetv1alpha2.JobSet{}
+	if err := json.Unmarshal(raw, js); err != nil {
+		return nil, err
+	}
+	return js, nil
+}
