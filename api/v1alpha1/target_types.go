@@ -253,6 +253,11 @@ type TargetStatus struct {
 	// +optional
 	FreeGPUs int64 `json:"freeGPUs,omitempty"`
 
+	// maxGPUsPerNode is the largest node's allocatable GPUs: a pod asking
+	// for more can never run on this target.
+	// +optional
+	MaxGPUsPerNode int64 `json:"maxGPUsPerNode,omitempty"`
+
 	// topology is the target's topology tree with free GPUs per domain.
 	// +optional
 	Topology *TopologyStatus `json:"topology,omitempty"`

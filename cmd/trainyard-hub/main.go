@@ -1,0 +1,48 @@
+// Command trainyard-hub runs trainyard's hub controllers beside Kueue: the
+// admission check for controllerName trainyard.dev/dispatcher, target
+// health and the dispatch lifecycle. The hub must run no Trainer controller
+// for the namespaces trainyard serves (see README).
+package main
+
+import (
+	"flag"
+	"os"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/trainyard-dev/trainyard/hub"
+	"github.com/trainyard-dev/trainyard/hub/targets"
+)
+
+func main() {
+	var o hub.ManagerOptions
+	var qps float64
+	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables)")
+	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active hub among replicas")
+	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's)")
+	flag.Float64Var(&qps, "kube-api-qps", hub.DefaultQPS, "queries per second to the hub API server")
+	flag.IntVar(&o.Burst, "kube-api-burst", hub.DefaultBurst, "burst of queries to the hub API server")
+	flag.DurationVar(&o.LostTargetTimeout, "lost-target-timeout", targets.DefaultLostTimeout, "how long an agent may be silent before its jobs are requeued elsewhere")
+	flag.IntVar(&o.Concurrency, "dispatch-concurrency", 8, "workloads reconciled in parallel")
+	flag.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the runtime-pinning webhook (0 disables it)")
+	flag.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "folder with the webhook's tls.crt and tls.key")
+	zo := zap.Options{}
+	zo.BindFlags(flag.CommandLine)
+	flag.Parse()
+	o.QPS = float32(qps)
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+	log := ctrl.Log.WithName("setup")
+
+	mgr, err := hub.NewManager(ctrl.GetConfigOrDie(), o)
+	if err != nil {
+		log.Error(err, "unable to build the hub manager")
+		os.Exit(1)
+	}
+	log.Info("starting trainyard hub")
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "hub stopped")
+		os.Exit(1)
+	}
+}

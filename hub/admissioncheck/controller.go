@@ -1,0 +1,79 @@
+// Package admissioncheck keeps the Kueue AdmissionChecks that name
+// trainyard's controller Active, so ClusterQueues that list them can admit.
+package admissioncheck
+
+import (
+	"context"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+)
+
+// ControllerName is the spec.controllerName of AdmissionChecks trainyard serves.
+const ControllerName = "trainyard.dev/dispatcher"
+
+// ReasonActive is the reason of the Active condition trainyard sets.
+const ReasonActive = "Active"
+
+// Reconciler sets Active=True on trainyard's AdmissionChecks.
+type Reconciler struct {
+	Client client.Client
+}
+
+// Reconcile marks one AdmissionCheck Active, writing only on change.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var ac kueue.AdmissionCheck
+	if err := r.Client.Get(ctx, req.NamespacedName, &ac); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if ac.Spec.ControllerName != ControllerName {
+		return ctrl.Result{}, nil
+	}
+	want := metav1.Condition{
+		Type:               kueue.AdmissionCheckActive,
+		Status:             metav1.ConditionTrue,
+		Reason:             ReasonActive,
+		Message:            "trainyard dispatches admitted workloads to its targets",
+		ObservedGeneration: ac.Generation,
+	}
+	if old := apimeta.FindStatusCondition(ac.Status.Conditions, want.Type); old != nil &&
+		old.Status == want.Status && old.Reason == want.Reason && old.ObservedGeneration == want.ObservedGeneration {
+		return ctrl.Result{}, nil
+	}
+	apimeta.SetStatusCondition(&ac.Status.Conditions, want)
+	return ctrl.Result{}, r.Client.Status().Update(ctx, &ac)
+}
+
+// SetupWithManager watches only AdmissionChecks of trainyard's controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		ac, ok := o.(*kueue.AdmissionCheck)
+		return ok && ac.Spec.ControllerName == ControllerName
+	})
+	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-admissioncheck").
+		For(&kueue.AdmissionCheck{}, builder.WithPredicates(ours)).Complete(r)
+}
+
+// ChecksOf returns the names of the admission checks of wl that trainyard
+// serves.
+func ChecksOf(ctx context.Context, c client.Client, wl *kueue.Workload) ([]kueue.AdmissionCheckReference, error) {
+	var names []kueue.AdmissionCheckReference
+	for _, s := range wl.Status.AdmissionChecks {
+		var ac kueue.AdmissionCheck
+		if err := c.Get(ctx, client.ObjectKey{Name: string(s.Name)}, &ac); err != nil {
+			if client.IgnoreNotFound(err) == nil {
+				continue
+			}
+			return nil, err
+		}
+		if ac.Spec.ControllerName == ControllerName {
+			names = append(names, s.Name)
+		}
+	}
+	return names, nil
+}

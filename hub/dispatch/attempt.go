@@ -1,0 +1,271 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/placement"
+	"github.com/trainyard-dev/trainyard/hub/snapshot"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
+)
+
+// Event reasons of the dispatch controller.
+const (
+	EventDispatched = "Dispatched"
+	EventNoTarget   = "NoTarget"
+	EventRejected   = "Rejected"
+	EventRequeued   = "Requeued"
+)
+
+// startAttempt snapshots the runtime, places the job and writes the next
+// attempt's Dispatch. The attempt number is persisted on the Workload
+// before the Dispatch is created, so a crash in between only skips a number
+// and never reuses one.
+func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, error) {
+	wl := s.wl
+	tj, err := r.owningTrainJob(ctx, wl)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if tj == nil {
+		return ctrl.Result{}, r.setCheck(ctx, s, kueue.CheckStateRejected,
+			"trainyard dispatches TrainJobs only; this Workload has no TrainJob owner")
+	}
+	rt, err := snapshot.Take(ctx, r.client, tj)
+	if errors.Is(err, snapshot.ErrRuntimeNotFound) || errors.Is(err, snapshot.ErrUnsupportedRuntime) {
+		metrics.Dispatched("", metrics.ResultRejected)
+		return ctrl.Result{}, r.setCheck(ctx, s, kueue.CheckStateRejected, "cannot snapshot the runtime: "+err.Error())
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	req := requestOf(wl)
+	decision, err := r.place(ctx, req)
+	if err != nil {
+		return r.noPlacement(ctx, s, err)
+	}
+	if err := r.ensureFinalizer(ctx, wl); err != nil {
+		return ctrl.Result{}, err
+	}
+	attempt, err := r.nextAttempt(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	d, err := r.newDispatch(ctx, wl, tj, rt, req, decision.Target, attempt)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.client.Create(ctx, d); err != nil && !apierrors.IsAlreadyExists(err) {
+		return ctrl.Result{}, err
+	}
+	metrics.Dispatched(decision.Target, metrics.ResultDispatched)
+	msg := fmt.Sprintf("dispatched to target %s (attempt %d), waiting for its agent", decision.Target, attempt)
+	if err := r.setCheck(ctx, s, kueue.CheckStatePending, msg); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.recorder.Eventf(wl, corev1.EventTypeNormal, EventDispatched, "Dispatched to target %s as %s/%s (attempt %d)",
+		decision.Target, d.Namespace, d.Name, attempt)
+	return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
+}
+
+// noPlacement turns a placement failure into the check state Kueue needs:
+// Rejected when the job can never fit, Retry (requeue with backoff) when the
+// fleet is only full or has no target for the flavor yet.
+func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl.Result, error) {
+	if errors.Is(err, placement.ErrNeverFits) {
+		metrics.Dispatched("", metrics.ResultRejected)
+		if e := r.setCheck(ctx, s, kueue.CheckStateRejected, err.Error()); e != nil {
+			return ctrl.Result{}, e
+		}
+		r.recorder.Event(s.wl, corev1.EventTypeWarning, EventRejected, err.Error())
+		return ctrl.Result{}, nil
+	}
+	metrics.Dispatched("", metrics.ResultNoCapacity)
+	if e := r.setCheck(ctx, s, kueue.CheckStateRetry, err.Error()); e != nil {
+		return ctrl.Result{}, e
+	}
+	r.recorder.Event(s.wl, corev1.EventTypeWarning, EventNoTarget, err.Error())
+	return ctrl.Result{}, nil
+}
+
+// place lists Targets and what is in flight to them, then asks placement.
+func (r *Reconciler) place(ctx context.Context, req placement.Request) (placement.Decision, error) {
+	var targets v1alpha1.TargetList
+	if err := r.client.List(ctx, &targets); err != nil {
+		return placement.Decision{}, err
+	}
+	var dispatches v1alpha1.DispatchList
+	if err := r.client.List(ctx, &dispatches); err != nil {
+		return placement.Decision{}, err
+	}
+	inFlight := map[string]int64{}
+	for _, d := range dispatches.Items {
+		// Until the remote runs, its pods are not bound and the heartbeat
+		// cannot count them; count them here instead.
+		if p := d.Status.Phase; d.DeletionTimestamp.IsZero() && (p == "" || p == v1alpha1.DispatchPending || p == v1alpha1.DispatchSubmitted) {
+			n, _ := strconv.ParseInt(d.Annotations[v1alpha1.AnnotationGPUs], 10, 64)
+			inFlight[d.Spec.TargetName] += n
+		}
+	}
+	candidates := make([]placement.Candidate, 0, len(targets.Items))
+	for i := range targets.Items {
+		t := &targets.Items[i]
+		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: inFlight[t.Name]})
+	}
+	return placement.Choose(req, candidates)
+}
+
+// requestOf reads the pod sets, their GPU requests and assigned flavors.
+func requestOf(wl *kueue.Workload) placement.Request {
+	var req placement.Request
+	flavors := map[string]bool{}
+	counts := map[kueue.PodSetReference]int32{}
+	if wl.Status.Admission != nil {
+		for _, a := range wl.Status.Admission.PodSetAssignments {
+			for _, f := range a.Flavors {
+				flavors[string(f)] = true
+			}
+			if a.Count != nil {
+				counts[a.Name] = *a.Count
+			}
+		}
+	}
+	for _, ps := range wl.Spec.PodSets {
+		count := ps.Count
+		if c, ok := counts[ps.Name]; ok {
+			count = c
+		}
+		req.PodSets = append(req.PodSets, placement.PodSet{Name: string(ps.Name), Count: count, GPUsPerPod: podGPUs(&ps.Template.Spec)})
+	}
+	for f := range flavors {
+		req.Flavors = append(req.Flavors, f)
+	}
+	sort.Strings(req.Flavors)
+	return req
+}
+
+func podGPUs(spec *corev1.PodSpec) int64 {
+	var n int64
+	for _, c := range spec.Containers {
+		if q, ok := c.Resources.Requests[v1alpha1.GPUResource]; ok {
+			n += q.Value()
+		} else if q, ok := c.Resources.Limits[v1alpha1.GPUResource]; ok {
+			n += q.Value()
+		}
+	}
+	return n
+}
+
+func currentAttempt(wl *kueue.Workload) int32 {
+	n, _ := strconv.Atoi(wl.Annotations[v1alpha1.AnnotationAttempt])
+	return int32(n)
+}
+
+// nextAttempt bumps the Workload's attempt annotation past every attempt
+// ever seen, and persists it.
+func (r *Reconciler) nextAttempt(ctx context.Context, s *state) (int32, error) {
+	next := currentAttempt(s.wl) + 1
+	for _, d := range s.dispatches {
+		next = max(next, d.Spec.Attempt+1)
+	}
+	// Optimistic lock: two hub replicas racing here must not both win.
+	patch := client.MergeFromWithOptions(s.wl.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if s.wl.Annotations == nil {
+		s.wl.Annotations = map[string]string{}
+	}
+	s.wl.Annotations[v1alpha1.AnnotationAttempt] = strconv.Itoa(int(next))
+	if err := r.client.Patch(ctx, s.wl, patch); err != nil {
+		return 0, err
+	}
+	return next, nil
+}
+
+func (r *Reconciler) ensureFinalizer(ctx context.Context, wl *kueue.Workload) error {
+	if hasFinalizer(wl) {
+		return nil
+	}
+	patch := client.MergeFrom(wl.DeepCopy())
+	controllerutil.AddFinalizer(wl, v1alpha1.WorkloadFinalizer)
+	return r.client.Patch(ctx, wl, patch)
+}
+
+func hasFinalizer(wl *kueue.Workload) bool {
+	return controllerutil.ContainsFinalizer(wl, v1alpha1.WorkloadFinalizer)
+}
+
+// newDispatch builds the Dispatch of one attempt in the target's agent namespace.
+func (r *Reconciler) newDispatch(ctx context.Context, wl *kueue.Workload, tj *trainer.TrainJob,
+	rt *v1alpha1.RuntimeSnapshot, req placement.Request, targetName string, attempt int32) (*v1alpha1.Dispatch, error) {
+	var t v1alpha1.Target
+	if err := r.client.Get(ctx, client.ObjectKey{Name: targetName}, &t); err != nil {
+		return nil, err
+	}
+	tjSnap, err := snapshot.TrainJob(tj)
+	if err != nil {
+		return nil, err
+	}
+	d := &v1alpha1.Dispatch{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      dispatchName(wl, attempt),
+			Namespace: t.Spec.Agent.Namespace,
+			Labels: map[string]string{
+				v1alpha1.LabelWorkloadUID:       string(wl.UID),
+				v1alpha1.LabelWorkloadNamespace: wl.Namespace,
+				v1alpha1.LabelWorkloadName:      wl.Name,
+				v1alpha1.LabelTarget:            targetName,
+				v1alpha1.LabelAttempt:           strconv.Itoa(int(attempt)),
+			},
+			Annotations: map[string]string{v1alpha1.AnnotationGPUs: strconv.FormatInt(req.GPUs(), 10)},
+		},
+		Spec: v1alpha1.DispatchSpec{
+			Workload:   v1alpha1.WorkloadReference{Namespace: wl.Namespace, Name: wl.Name, UID: wl.UID},
+			TargetName: targetName,
+			Attempt:    attempt,
+			Runtime:    *rt,
+			TrainJob:   *tjSnap,
+		},
+	}
+	flavors := map[kueue.PodSetReference]map[string]string{}
+	if wl.Status.Admission != nil {
+		for _, a := range wl.Status.Admission.PodSetAssignments {
+			m := map[string]string{}
+			for res, f := range a.Flavors {
+				m[string(res)] = string(f)
+			}
+			flavors[a.Name] = m
+		}
+	}
+	for _, ps := range req.PodSets {
+		d.Spec.PodSets = append(d.Spec.PodSets, v1alpha1.PodSetPlacement{
+			Name: ps.Name, Count: ps.Count, Flavors: flavors[kueue.PodSetReference(ps.Name)],
+		})
+	}
+	return d, nil
+}
+
+// dispatchName is unique across the hub for one Workload attempt: Workloads
+// of different namespaces share an agent namespace.
+func dispatchName(wl *kueue.Workload, attempt int32) string {
+	sum := sha256.Sum256([]byte(wl.UID))
+	id := hex.EncodeToString(sum[:])[:8]
+	prefix := wl.Name
+	if len(prefix) > 200 {
+		prefix = prefix[:200]
+	}
+	return fmt.Sprintf("%s-%s-a%d", prefix, id, attempt)
+}

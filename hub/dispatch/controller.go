@@ -1,0 +1,235 @@
+// Package dispatch is the hub's admission-check controller for Workloads:
+// once Kueue has reserved quota it snapshots the runtime, places the job on
+// a Target, writes the Dispatch, drives the AdmissionCheck state from the
+// Dispatch's progress and mirrors that progress into the TrainJob.
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
+)
+
+// Defaults of Options.
+const (
+	DefaultConcurrency = 8
+	// DefaultRetryAfter paces re-checks while a Dispatch waits for its agent.
+	DefaultRetryAfter = 5 * time.Second
+)
+
+// Options tune the controller.
+type Options struct {
+	Concurrency int
+	RetryAfter  time.Duration
+}
+
+// Reconciler is the hub dispatch controller. Workloads are its objects;
+// Dispatches and Targets only wake it.
+type Reconciler struct {
+	client   client.Client
+	recorder record.EventRecorder
+	clock    clock.Clock
+	opts     Options
+	latency  *latencyTracker
+}
+
+// NewReconciler returns a Reconciler with defaults filled in.
+func NewReconciler(c client.Client, recorder record.EventRecorder, clk clock.Clock, opts Options) *Reconciler {
+	if opts.Concurrency == 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.RetryAfter == 0 {
+		opts.RetryAfter = DefaultRetryAfter
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Reconciler{client: c, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker()}
+}
+
+// state is what one pass learns before it acts.
+type state struct {
+	wl         *kueue.Workload
+	check      kueue.AdmissionCheckReference
+	checkState kueue.CheckState
+	dispatches []v1alpha1.Dispatch
+	live       *v1alpha1.Dispatch // the current attempt, if it exists and is not being deleted
+}
+
+// Reconcile runs one Workload through the phases in order.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	s, err := r.load(ctx, req.NamespacedName)
+	if err != nil || s == nil {
+		return ctrl.Result{}, err
+	}
+	res, err := r.sync(ctx, s)
+	if err != nil {
+		metrics.SyncError("hub-dispatch")
+	}
+	return res, err
+}
+
+func (r *Reconciler) sync(ctx context.Context, s *state) (ctrl.Result, error) {
+	if r.mustTearDown(s) {
+		return r.tearDown(ctx, s)
+	}
+	if s.live == nil {
+		if s.checkState != kueue.CheckStatePending {
+			return ctrl.Result{}, nil
+		}
+		return r.startAttempt(ctx, s)
+	}
+	if lost, why := r.targetLost(ctx, s.live); lost {
+		return ctrl.Result{}, r.requeue(ctx, s, why)
+	}
+	if err := r.syncCheckState(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.mirrorToTrainJob(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.live.Status.Phase == "" || s.live.Status.Phase == v1alpha1.DispatchPending {
+		return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// load fetches the Workload, finds trainyard's check on it and its Dispatches.
+// It returns nil when trainyard has nothing to do with the Workload.
+func (r *Reconciler) load(ctx context.Context, key types.NamespacedName) (*state, error) {
+	var wl kueue.Workload
+	if err := r.client.Get(ctx, key, &wl); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	checks, err := admissioncheck.ChecksOf(ctx, r.client, &wl)
+	if err != nil {
+		return nil, err
+	}
+	if len(checks) == 0 && !hasFinalizer(&wl) {
+		return nil, nil
+	}
+	s := &state{wl: &wl}
+	if len(checks) > 0 {
+		s.check = checks[0]
+		for _, c := range wl.Status.AdmissionChecks {
+			if c.Name == s.check {
+				s.checkState = c.State
+			}
+		}
+	}
+	var list v1alpha1.DispatchList
+	if err := r.client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)}); err != nil {
+		return nil, err
+	}
+	s.dispatches = list.Items
+	attempt := currentAttempt(&wl)
+	for i := range s.dispatches {
+		d := &s.dispatches[i]
+		if d.Spec.Attempt == attempt && d.DeletionTimestamp.IsZero() {
+			s.live = d
+		}
+	}
+	return s, nil
+}
+
+// mustTearDown: the Workload no longer holds quota for this attempt (it is
+// deleted, evicted, deactivated, or its check asked for a retry), so its
+// remote work must go.
+func (r *Reconciler) mustTearDown(s *state) bool {
+	wl := s.wl
+	switch {
+	case !wl.DeletionTimestamp.IsZero(), s.check == "":
+		return true
+	case apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished):
+		// Finished work keeps its Dispatch as the record of where it ran.
+		return s.live == nil || !s.live.Status.Phase.IsFinal()
+	case apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted),
+		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved):
+		return true
+	case s.checkState == kueue.CheckStateRetry, s.checkState == kueue.CheckStateRejected:
+		return true
+	}
+	return false
+}
+
+// targetLost reports whether d's Target is gone or has been silent past
+// the lost-target timeout.
+func (r *Reconciler) targetLost(ctx context.Context, d *v1alpha1.Dispatch) (bool, string) {
+	var t v1alpha1.Target
+	if err := r.client.Get(ctx, client.ObjectKey{Name: d.Spec.TargetName}, &t); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return true, fmt.Sprintf("target %s was deleted", d.Spec.TargetName)
+		}
+		return false, ""
+	}
+	c := apimeta.FindStatusCondition(t.Status.Conditions, v1alpha1.TargetAvailable)
+	if c != nil && c.Status == "False" && c.Reason == v1alpha1.ReasonHeartbeatStale {
+		return true, fmt.Sprintf("target %s lost: %s", t.Name, c.Message)
+	}
+	return false, ""
+}
+
+// owningTrainJob returns the TrainJob that owns wl, or nil.
+func (r *Reconciler) owningTrainJob(ctx context.Context, wl *kueue.Workload) (*trainer.TrainJob, error) {
+	for _, o := range wl.OwnerReferences {
+		if o.Kind == trainer.TrainJobKind && o.APIVersion == trainer.GroupVersion.String() {
+			var tj trainer.TrainJob
+			if err := r.client.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: o.Name}, &tj); err != nil {
+				return nil, client.IgnoreNotFound(err)
+			}
+			if tj.UID != o.UID {
+				return nil, nil
+			}
+			return &tj, nil
+		}
+	}
+	return nil, nil
+}
+
+// SetupWithManager registers the controller: Workloads are reconciled, and
+// Dispatch and Target changes wake the Workloads they concern.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-dispatch").
+		For(&kueue.Workload{}).
+		Watches(&v1alpha1.Dispatch{}, handler.EnqueueRequestsFromMapFunc(workloadOfDispatch)).
+		Watches(&v1alpha1.Target{}, handler.EnqueueRequestsFromMapFunc(r.workloadsOnTarget)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.Concurrency}).
+		Complete(r)
+}
+
+func workloadOfDispatch(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[v1alpha1.LabelWorkloadName] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{
+		Namespace: l[v1alpha1.LabelWorkloadNamespace], Name: l[v1alpha1.LabelWorkloadName]}}}
+}
+
+func (r *Reconciler) workloadsOnTarget(ctx context.Context, o client.Object) []reconcile.Request {
+	var list v1alpha1.DispatchList
+	if err := r.client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelTarget: o.GetName()}); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		reqs = append(reqs, workloadOfDispatch(ctx, &list.Items[i])...)
+	}
+	return reqs
+}

@@ -1,0 +1,272 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/kueue/pkg/workload"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
+)
+
+// setCheck writes trainyard's admission check state, only on change, the
+// way Kueue's own admission-check controllers do.
+func (r *Reconciler) setCheck(ctx context.Context, s *state, st kueue.CheckState, msg string) error {
+	if s.check == "" {
+		return nil
+	}
+	for _, c := range s.wl.Status.AdmissionChecks {
+		if c.Name == s.check && c.State == st && c.Message == msg {
+			return nil
+		}
+	}
+	err := workload.PatchAdmissionStatus(ctx, r.client, s.wl, r.clock, func(wl *kueue.Workload) (bool, error) {
+		return workload.SetAdmissionCheckState(&wl.Status.AdmissionChecks, kueue.AdmissionCheckState{
+			Name: s.check, State: st, Message: truncate(msg, 1024),
+		}, r.clock), nil
+	})
+	if err == nil {
+		s.checkState = st
+	}
+	return err
+}
+
+// syncCheckState maps the live Dispatch's phase to the check state.
+func (r *Reconciler) syncCheckState(ctx context.Context, s *state) error {
+	d := s.live
+	where := fmt.Sprintf("target %s (attempt %d)", d.Spec.TargetName, d.Spec.Attempt)
+	switch d.Status.Phase {
+	case "", v1alpha1.DispatchPending:
+		return r.setCheck(ctx, s, kueue.CheckStatePending, "dispatched to "+where+", waiting for its agent")
+	case v1alpha1.DispatchSubmitted, v1alpha1.DispatchRunning, v1alpha1.DispatchSucceeded:
+		if d.Status.Phase != v1alpha1.DispatchSubmitted {
+			r.observeRunning(s)
+		}
+		msg := "accepted by " + where
+		if d.Status.Remote != nil {
+			msg = fmt.Sprintf("running on %s as %s %s", where, d.Status.Remote.Kind, remoteName(d.Status.Remote))
+		}
+		return r.setCheck(ctx, s, kueue.CheckStateReady, msg)
+	case v1alpha1.DispatchRejected:
+		r.recorder.Eventf(s.wl, corev1.EventTypeWarning, EventRejected, "%s refused the job: %s", where, d.Status.Message)
+		return r.setCheck(ctx, s, kueue.CheckStateRejected, fmt.Sprintf("%s refused the job: %s", where, d.Status.Message))
+	case v1alpha1.DispatchFailed, v1alpha1.DispatchCancelled:
+		if s.checkState == kueue.CheckStateReady {
+			return nil // admitted work that failed is the TrainJob's failure, mirrored below
+		}
+		return r.requeue(ctx, s, fmt.Sprintf("remote work on %s ended %s before it was accepted: %s", where, d.Status.Phase, d.Status.Message))
+	}
+	return nil
+}
+
+// requeue asks Kueue to evict and requeue the Workload; tear-down of the
+// current attempt follows on the next pass.
+func (r *Reconciler) requeue(ctx context.Context, s *state, why string) error {
+	if err := r.setCheck(ctx, s, kueue.CheckStateRetry, why); err != nil {
+		return err
+	}
+	target := ""
+	if s.live != nil {
+		target = s.live.Spec.TargetName
+	}
+	metrics.Dispatched(target, metrics.ResultRequeued)
+	r.recorder.Event(s.wl, corev1.EventTypeWarning, EventRequeued, why)
+	return nil
+}
+
+// mirrorToTrainJob copies the live Dispatch's progress into the hub
+// TrainJob: jobsStatus (Kueue holds quota while it shows active pods) and
+// the Complete/Failed conditions Kueue finishes the Workload by.
+func (r *Reconciler) mirrorToTrainJob(ctx context.Context, s *state) error {
+	tj, err := r.owningTrainJob(ctx, s.wl)
+	if err != nil || tj == nil {
+		return err
+	}
+	orig := tj.DeepCopy()
+	d := s.live
+	tj.Status.JobsStatus = jobsStatus(d.Status.Replicas)
+	switch d.Status.Phase {
+	case v1alpha1.DispatchSucceeded:
+		setCondition(tj, trainer.TrainJobComplete, d.Status.Reason,
+			fmt.Sprintf("completed on target %s (attempt %d)", d.Spec.TargetName, d.Spec.Attempt))
+	case v1alpha1.DispatchFailed, v1alpha1.DispatchCancelled:
+		if s.checkState == kueue.CheckStateReady {
+			msg := fmt.Sprintf("%s on target %s (attempt %d)", d.Status.Phase, d.Spec.TargetName, d.Spec.Attempt)
+			if d.Status.Message != "" {
+				msg += ": " + d.Status.Message
+			}
+			setCondition(tj, trainer.TrainJobFailed, d.Status.Reason, msg)
+		}
+	}
+	if equality.Semantic.DeepEqual(orig.Status, tj.Status) {
+		return nil
+	}
+	return r.client.Status().Update(ctx, tj)
+}
+
+func setCondition(tj *trainer.TrainJob, typ, reason, msg string) {
+	if reason == "" {
+		reason = typ
+	}
+	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{
+		Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: truncate(msg, 32768), ObservedGeneration: tj.Generation,
+	})
+}
+
+func jobsStatus(replicas []v1alpha1.ReplicaStatus) []trainer.JobStatus {
+	if len(replicas) == 0 {
+		return nil
+	}
+	out := make([]trainer.JobStatus, 0, len(replicas))
+	for _, rs := range replicas {
+		out = append(out, trainer.JobStatus{
+			Name: rs.Name, Active: ptr.To(rs.Active), Ready: ptr.To(rs.Ready),
+			Succeeded: ptr.To(rs.Succeeded), Failed: ptr.To(rs.Failed), Suspended: ptr.To[int32](0),
+		})
+	}
+	return out
+}
+
+// tearDown deletes every Dispatch of the Workload and waits until the agents
+// confirm their remote work is gone (they hold a finalizer until then).
+// Dispatches on a lost target are released at once; the agent deletes their
+// remote work by epoch when it returns. Only with nothing left does the
+// TrainJob stop showing active pods, so Kueue releases the quota after the
+// remote work has really stopped.
+func (r *Reconciler) tearDown(ctx context.Context, s *state) (ctrl.Result, error) {
+	left := 0
+	for i := range s.dispatches {
+		d := &s.dispatches[i]
+		if apimeta.IsStatusConditionTrue(s.wl.Status.Conditions, kueue.WorkloadFinished) &&
+			s.wl.DeletionTimestamp.IsZero() && d.Status.Phase.IsFinal() {
+			continue // a record of where finished work ran
+		}
+		left++
+		if d.DeletionTimestamp.IsZero() {
+			if err := r.client.Delete(ctx, d); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, err
+			}
+			continue
+		}
+		if lost, _ := r.targetLost(ctx, d); lost && controllerutil.ContainsFinalizer(d, v1alpha1.RemoteCleanupFinalizer) {
+			patch := client.MergeFrom(d.DeepCopy())
+			controllerutil.RemoveFinalizer(d, v1alpha1.RemoteCleanupFinalizer)
+			if err := r.client.Patch(ctx, d, patch); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
+	if left > 0 {
+		return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
+	}
+	r.latency.forget(s.wl.UID)
+	if err := r.clearActive(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !s.wl.DeletionTimestamp.IsZero() || s.check == "" {
+		if hasFinalizer(s.wl) {
+			patch := client.MergeFrom(s.wl.DeepCopy())
+			controllerutil.RemoveFinalizer(s.wl, v1alpha1.WorkloadFinalizer)
+			return ctrl.Result{}, client.IgnoreNotFound(r.client.Patch(ctx, s.wl, patch))
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// clearActive zeroes the TrainJob's active pod counts once no remote work is
+// left, unless the job finished (its final counts stay).
+func (r *Reconciler) clearActive(ctx context.Context, s *state) error {
+	tj, err := r.owningTrainJob(ctx, s.wl)
+	if err != nil || tj == nil {
+		return err
+	}
+	if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) ||
+		apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed) {
+		return nil
+	}
+	changed := false
+	for i := range tj.Status.JobsStatus {
+		js := &tj.Status.JobsStatus[i]
+		if ptr.Deref(js.Active, 0) != 0 || ptr.Deref(js.Ready, 0) != 0 {
+			js.Active, js.Ready = ptr.To[int32](0), ptr.To[int32](0)
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return r.client.Status().Update(ctx, tj)
+}
+
+func remoteName(ref *v1alpha1.RemoteRef) string {
+	name := ref.Name
+	if ref.Namespace != "" {
+		name = ref.Namespace + "/" + name
+	}
+	if ref.ID != "" {
+		name += " (id " + ref.ID + ")"
+	}
+	return name
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// latencyTracker observes admission-to-running once per Workload attempt.
+type latencyTracker struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func newLatencyTracker() *latencyTracker { return &latencyTracker{seen: map[string]bool{}} }
+
+func (l *latencyTracker) first(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen[key] {
+		return false
+	}
+	l.seen[key] = true
+	return true
+}
+
+func (l *latencyTracker) forget(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.seen {
+		if strings.HasPrefix(k, string(uid)+"/") {
+			delete(l.seen, k)
+		}
+	}
+}
+
+func (r *Reconciler) observeRunning(s *state) {
+	c := apimeta.FindStatusCondition(s.wl.Status.Conditions, kueue.WorkloadQuotaReserved)
+	if c == nil || !r.latency.first(fmt.Sprintf("%s/%d", s.wl.UID, s.live.Spec.Attempt)) {
+		return
+	}
+	start := c.LastTransitionTime.Time
+	if s.live.Status.StartTime != nil {
+		metrics.ObserveAdmissionToRunning(s.live.Spec.TargetName, s.live.Status.StartTime.Sub(start))
+		return
+	}
+	metrics.ObserveAdmissionToRunning(s.live.Spec.TargetName, r.clock.Since(start))
+}

@@ -1,0 +1,98 @@
+package hub
+
+import (
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/snapshot"
+)
+
+// Client rate limits. client-go's defaults (5 QPS) cap a dispatcher at about
+// one job a second, as MultiKueue's benchmark shows; the hub writes a few
+// objects per job.
+const (
+	DefaultQPS   = 100
+	DefaultBurst = 200
+)
+
+// ManagerOptions are the hub process's settings.
+type ManagerOptions struct {
+	MetricsAddr             string
+	ProbeAddr               string
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	QPS                     float32
+	Burst                   int
+	// SkipNameValidation lets a process build the hub twice, as tests do
+	// when they restart it.
+	SkipNameValidation bool
+	// WebhookHost, WebhookPort and WebhookCertDir serve the runtime-pinning
+	// webhook (tls.crt, tls.key in the folder); port 0 serves none.
+	WebhookHost    string
+	WebhookPort    int
+	WebhookCertDir string
+	Options
+}
+
+// Scheme holds every kind the hub reads or writes.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(kueue.AddToScheme(s))
+	utilruntime.Must(trainer.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// NewManager builds the hub manager with all controllers registered.
+func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = o.QPS, o.Burst
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
+	}
+	if o.MetricsAddr == "" {
+		o.MetricsAddr = "0"
+	}
+	if o.ProbeAddr == "" {
+		o.ProbeAddr = "0"
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        "trainyard-hub.trainyard.dev",
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Controller:              config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir,
+		}),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if o.WebhookPort > 0 {
+		mgr.GetWebhookServer().Register(snapshot.WebhookPath, &webhook.Admission{
+			Handler: &snapshot.PinWebhook{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
+		})
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return mgr, Setup(mgr, o.Options)
+}

@@ -1,0 +1,96 @@
+// Package snapshot takes the immutable copy of a TrainJob's runtime that a
+// Dispatch carries: later edits to, or deletion of, the runtime never reach
+// a job already dispatched.
+package snapshot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+)
+
+// ErrRuntimeNotFound: the TrainJob names a runtime that does not exist.
+var ErrRuntimeNotFound = errors.New("runtime not found")
+
+// ErrUnsupportedRuntime: the runtimeRef names a kind trainyard cannot run.
+var ErrUnsupportedRuntime = errors.New("unsupported runtime kind")
+
+// Take resolves tj's runtime and returns its snapshot.
+func Take(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*v1alpha1.RuntimeSnapshot, error) {
+	ref := tj.Spec.RuntimeRef
+	if g := ptr.Deref(ref.APIGroup, trainer.GroupVersion.Group); g != trainer.GroupVersion.Group {
+		return nil, fmt.Errorf("%w: apiGroup %q", ErrUnsupportedRuntime, g)
+	}
+	var spec trainer.TrainingRuntimeSpec
+	kind := v1alpha1.RuntimeKind(ptr.Deref(ref.Kind, trainer.ClusterTrainingRuntimeKind))
+	switch kind {
+	case v1alpha1.RuntimeKindClusterTrainingRuntime:
+		var rt trainer.ClusterTrainingRuntime
+		if err := c.Get(ctx, client.ObjectKey{Name: ref.Name}, &rt); err != nil {
+			return nil, notFound(err, kind, ref.Name)
+		}
+		spec = rt.Spec
+	case v1alpha1.RuntimeKindTrainingRuntime:
+		var rt trainer.TrainingRuntime
+		if err := c.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: ref.Name}, &rt); err != nil {
+			return nil, notFound(err, kind, ref.Name)
+		}
+		spec = rt.Spec
+	default:
+		return nil, fmt.Errorf("%w: kind %q", ErrUnsupportedRuntime, kind)
+	}
+	raw, hash, err := Encode(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &v1alpha1.RuntimeSnapshot{Kind: kind, Name: ref.Name, Hash: hash, Spec: runtime.RawExtension{Raw: raw}}, nil
+}
+
+func notFound(err error, kind v1alpha1.RuntimeKind, name string) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w: %s %q", ErrRuntimeNotFound, kind, name)
+	}
+	return err
+}
+
+// Encode returns v's JSON and its content hash. encoding/json writes struct
+// fields in declaration order and map keys sorted, so equal specs hash equal.
+func Encode(v any) (raw []byte, hash string, err error) {
+	raw, err = json.Marshal(v)
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(raw)
+	return raw, "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// TrainJob returns the snapshot of tj as submitted, without the fields that
+// only concern the hub.
+func TrainJob(tj *trainer.TrainJob) (*v1alpha1.TrainJobSnapshot, error) {
+	spec := tj.Spec.DeepCopy()
+	spec.Suspend = nil
+	spec.ManagedBy = nil
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &v1alpha1.TrainJobSnapshot{Name: tj.Name, UID: tj.UID, Spec: runtime.RawExtension{Raw: raw}}, nil
+}
+
+func decodeSpec(raw []byte, spec *trainer.TrainingRuntimeSpec) error {
+	if err := json.Unmarshal(raw, spec); err != nil {
+		return fmt.Errorf("decode runtime snapshot: %w", err)
+	}
+	return nil
+}

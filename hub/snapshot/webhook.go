@@ -1,0 +1,83 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// WebhookPath is where the hub serves the pinning webhook.
+const WebhookPath = "/mutate-trainer-kubeflow-org-v1alpha1-trainjob-pin-runtime"
+
+// QueueLabel selects the TrainJobs Kueue (and so trainyard) manages.
+const QueueLabel = "kueue.x-k8s.io/queue-name"
+
+// PinWebhook pins the runtime of every queued TrainJob at creation.
+type PinWebhook struct {
+	Reader client.Reader
+	Writer client.Writer
+}
+
+// Handle answers one admission request.
+func (w *PinWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("")
+	}
+	var tj trainer.TrainJob
+	if err := json.Unmarshal(req.Object.Raw, &tj); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if tj.Namespace == "" {
+		tj.Namespace = req.Namespace
+	}
+	if ptr.Deref(req.DryRun, false) {
+		// Pinning creates an object; a dry run must not.
+		return admission.Allowed("dry run: runtime not pinned")
+	}
+	if err := Pin(ctx, w.Reader, w.Writer, &tj); err != nil {
+		if errors.Is(err, ErrRuntimeNotFound) || errors.Is(err, ErrUnsupportedRuntime) {
+			return admission.Denied("trainyard cannot pin the runtime of this TrainJob: " + err.Error())
+		}
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	raw, err := json.Marshal(&tj)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}
+
+// WebhookConfiguration registers the pinning webhook at url with caBundle,
+// for TrainJobs that carry a Kueue queue label. It fails closed: a queued
+// TrainJob is never created with an unpinned runtime.
+func WebhookConfiguration(url string, caBundle []byte) *admissionregv1.MutatingWebhookConfiguration {
+	return &admissionregv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "trainyard-pin-runtime"},
+		Webhooks: []admissionregv1.MutatingWebhook{{
+			Name:                    "pin-runtime.trainyard.dev",
+			AdmissionReviewVersions: []string{"v1"},
+			ClientConfig:            admissionregv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
+			Rules: []admissionregv1.RuleWithOperations{{
+				Operations: []admissionregv1.OperationType{admissionregv1.Create},
+				Rule: admissionregv1.Rule{APIGroups: []string{trainer.GroupVersion.Group}, APIVersions: []string{"v1alpha1"},
+					Resources: []string{"trainjobs"}},
+			}},
+			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: QueueLabel, Operator: metav1.LabelSelectorOpExists,
+			}}},
+			FailurePolicy:      ptr.To(admissionregv1.Fail),
+			SideEffects:        ptr.To(admissionregv1.SideEffectClassNoneOnDryRun),
+			ReinvocationPolicy: ptr.To(admissionregv1.IfNeededReinvocationPolicy),
+			TimeoutSeconds:     ptr.To[int32](10),
+		}},
+	}
+}
