@@ -1,0 +1,93 @@
+package spoke
+
+import (
+	"context"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
+)
+
+// Version is the agent version it reports; set at build time.
+var Version = "dev"
+
+// Heartbeat publishes the target's capacity and a heartbeat into the
+// Target's status at a fixed interval. A backend that cannot be reached still
+// gets a heartbeat, with BackendReachable=False: the agent is alive, its
+// system is not.
+type Heartbeat struct {
+	Hub      client.Client
+	Target   string
+	Backend  backends.Backend
+	Clock    clock.Clock
+	Interval time.Duration
+}
+
+// Start runs until ctx ends; it is a manager Runnable.
+func (h *Heartbeat) Start(ctx context.Context) error {
+	every(ctx, h.Interval, "agent-heartbeat", h.Beat)
+	return nil
+}
+
+// every runs fn now and then at each interval until ctx ends, counting and
+// logging its failures under component.
+func every(ctx context.Context, interval time.Duration, component string, fn func(context.Context) error) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			metrics.SyncError(component)
+			log.FromContext(ctx).Error(err, component+" failed")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// NeedLeaderElection: only the elected agent replica reports.
+func (h *Heartbeat) NeedLeaderElection() bool { return true }
+
+// Beat sends one heartbeat.
+func (h *Heartbeat) Beat(ctx context.Context) error {
+	capacity, capErr := h.Backend.Capacity(ctx)
+	now := metav1.NewTime(h.Clock.Now())
+	reach := metav1.Condition{Type: v1alpha1.TargetBackendReachable, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonBackendReachable, Message: "the backend answers", LastTransitionTime: now}
+	if capErr != nil {
+		reach.Status, reach.Reason, reach.Message = metav1.ConditionFalse, v1alpha1.ReasonBackendError, capErr.Error()
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var t v1alpha1.Target
+		if err := h.Hub.Get(ctx, client.ObjectKey{Name: h.Target}, &t); err != nil {
+			return err
+		}
+		st := &t.Status
+		st.LastHeartbeatTime = &now
+		st.AgentVersion = Version
+		st.ObservedGeneration = t.Generation
+		if capacity != nil {
+			st.Capacity, st.Free, st.Topology = capacity.Capacity, capacity.Free, capacity.Topology
+			st.MaxGPUsPerNode = capacity.MaxGPUsPerNode
+			st.FreeGPUs = 0
+			if q, ok := capacity.Free[v1alpha1.GPUResource]; ok {
+				st.FreeGPUs = q.Value()
+			}
+		}
+		if old := apimeta.FindStatusCondition(st.Conditions, reach.Type); old != nil && old.Status == reach.Status {
+			reach.LastTransitionTime = old.LastTransitionTime
+		}
+		apimeta.SetStatusCondition(&st.Conditions, reach)
+		return h.Hub.Status().Update(ctx, &t)
+	})
+}

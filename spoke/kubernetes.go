@@ -1,0 +1,144 @@
+package spoke
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/backends/jobset"
+)
+
+// Client rate limits of the agent, towards the hub and towards its spoke.
+const (
+	DefaultQPS   = 50
+	DefaultBurst = 100
+)
+
+// KubernetesOptions configure an agent for a Kubernetes spoke.
+type KubernetesOptions struct {
+	Target string
+	// Spoke is where jobs run.
+	Spoke                  *rest.Config
+	MetricsAddr, ProbeAddr string
+	LeaderElect            bool
+	QPS                    float32
+	Burst                  int
+	// Agent tunes the agent loop; Target, Namespace and Backend are filled in.
+	Agent Options
+	// SkipNameValidation lets a process build the same agent twice, as
+	// tests do when they restart one.
+	SkipNameValidation bool
+}
+
+// HubScheme is what the agent reads on the hub.
+func HubScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// SpokeScheme is what the agent reads on a Kubernetes spoke.
+func SpokeScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(jobsetv1alpha2.AddToScheme(s))
+	return s
+}
+
+// NewKubernetesAgent builds the agent of a Kubernetes spoke. It reads its
+// Target from the hub for the agent namespace, the spoke namespace and the
+// topology levels, so an administrator configures a spoke in one place.
+func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOptions) (ctrl.Manager, error) {
+	hubCfg, spokeCfg := withRate(hubCfg, o.QPS, o.Burst), withRate(o.Spoke, o.QPS, o.Burst)
+	direct, err := client.New(hubCfg, client.Options{Scheme: HubScheme()})
+	if err != nil {
+		return nil, err
+	}
+	var t v1alpha1.Target
+	if err := direct.Get(ctx, client.ObjectKey{Name: o.Target}, &t); err != nil {
+		return nil, fmt.Errorf("read target %s from the hub: %w", o.Target, err)
+	}
+	if t.Spec.Type != v1alpha1.TargetTypeKubernetes || t.Spec.Kubernetes == nil {
+		return nil, fmt.Errorf("target %s is of type %s, not Kubernetes", t.Name, t.Spec.Type)
+	}
+	ns := t.Spec.Agent.Namespace
+	mgr, err := ctrl.NewManager(hubCfg, ctrl.Options{
+		Scheme: HubScheme(),
+		// The agent may only read its own namespace on the hub, and its
+		// Target by name: no cluster-wide informers.
+		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&v1alpha1.Target{}}}},
+		Metrics:                 metricsserver.Options{BindAddress: orOff(o.MetricsAddr)},
+		HealthProbeBindAddress:  orOff(o.ProbeAddr),
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        "trainyard-agent-" + t.Name,
+		LeaderElectionNamespace: ns,
+		Controller:              config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	spoke, err := cluster.New(spokeCfg, func(co *cluster.Options) { co.Scheme = SpokeScheme() })
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(spoke); err != nil {
+		return nil, err
+	}
+	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
+	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
+	backend := jobset.New(spoke.GetClient(), jobset.Options{
+		Namespace: t.Spec.Kubernetes.Namespace, TopologyLevels: t.Spec.Kubernetes.TopologyLevels,
+	})
+	opts := o.Agent
+	opts.Target, opts.Namespace, opts.Backend = t.Name, ns, backend
+	opts.RemoteEvents = append(opts.RemoteEvents, source.Kind(spoke.GetCache(), &jobsetv1alpha2.JobSet{},
+		handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*jobsetv1alpha2.JobSet])))
+	return mgr, Setup(mgr, opts)
+}
+
+// dispatchOfRemote maps remote work to the Dispatch that made it.
+func dispatchOfRemote[T client.Object](_ context.Context, o T) []reconcile.Request {
+	l := o.GetLabels()
+	if l[backends.LabelDispatchName] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{
+		Namespace: l[backends.LabelDispatchNamespace], Name: l[backends.LabelDispatchName]}}}
+}
+
+func withRate(cfg *rest.Config, qps float32, burst int) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = qps, burst
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
+	}
+	return cfg
+}
+
+func orOff(addr string) string {
+	if addr == "" {
+		return "0"
+	}
+	return addr
+}

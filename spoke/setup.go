@@ -1,0 +1,83 @@
+package spoke
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
+)
+
+// Defaults of Options.
+const (
+	DefaultHeartbeatInterval = 10 * time.Second
+	DefaultFenceInterval     = 30 * time.Second
+	DefaultResync            = 30 * time.Second
+	DefaultConcurrency       = 8
+)
+
+// Options configure one agent.
+type Options struct {
+	// Target is the name of the Target this agent serves.
+	Target string
+	// Namespace is the target's agent namespace on the hub.
+	Namespace string
+	Backend   backends.Backend
+	// RemoteEvents wake the Dispatch a remote change belongs to (for
+	// example a watch on the spoke's JobSets).
+	RemoteEvents      []source.Source
+	HeartbeatInterval time.Duration
+	FenceInterval     time.Duration
+	Resync            time.Duration
+	Concurrency       int
+	Clock             clock.Clock
+}
+
+// Setup adds the agent's controller, heartbeat and fence to mgr, whose
+// cache must be limited to opts.Namespace on the hub.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.Target == "" || opts.Namespace == "" || opts.Backend == nil {
+		return fmt.Errorf("agent needs a target, its hub namespace and a backend")
+	}
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if opts.FenceInterval == 0 {
+		opts.FenceInterval = DefaultFenceInterval
+	}
+	if opts.Resync == 0 {
+		opts.Resync = DefaultResync
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	r := &DispatchReconciler{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Resync: opts.Resync}
+	b := ctrl.NewControllerManagedBy(mgr).Named("trainyard-agent-" + opts.Target).
+		For(&v1alpha1.Dispatch{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrency})
+	for _, src := range opts.RemoteEvents {
+		b = b.WatchesRawSource(src)
+	}
+	if err := b.Complete(r); err != nil {
+		return err
+	}
+	hb := &Heartbeat{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Interval: opts.HeartbeatInterval}
+	if err := mgr.Add(hb); err != nil {
+		return err
+	}
+	if lister, ok := opts.Backend.(backends.RemoteLister); ok {
+		f := &Fence{Hub: mgr.GetAPIReader(), Namespace: opts.Namespace, Lister: lister, Interval: opts.FenceInterval}
+		if err := mgr.Add(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
