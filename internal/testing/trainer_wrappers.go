@@ -101,6 +101,45 @@ func (w *ClusterTrainingRuntimeWrapper) Obj() *trainer.ClusterTrainingRuntime {
 	return &w.ClusterTrainingRuntime
 }
 
+// Spec replaces the runtime spec.
+func (w *ClusterTrainingRuntimeWrapper) Spec(spec trainer.TrainingRuntimeSpec) *ClusterTrainingRuntimeWrapper {
+	w.ClusterTrainingRuntime.Spec = spec
+	return w
+}
+
+// PodAnnotation sets an annotation on every pod template of the runtime
+// (for example kwok.trainyard.dev/run-for, read by the harness's kwok).
+func (w *ClusterTrainingRuntimeWrapper) PodAnnotation(k, v string) *ClusterTrainingRuntimeWrapper {
+	for i := range w.ClusterTrainingRuntime.Spec.Template.Spec.ReplicatedJobs {
+		tpl := &w.ClusterTrainingRuntime.Spec.Template.Spec.ReplicatedJobs[i].Template.Spec.Template
+		if tpl.Annotations == nil {
+			tpl.Annotations = map[string]string{}
+		}
+		tpl.Annotations[k] = v
+	}
+	return w
+}
+
+// Toleration adds a toleration to every pod template of the runtime.
+func (w *ClusterTrainingRuntimeWrapper) Toleration(t corev1.Toleration) *ClusterTrainingRuntimeWrapper {
+	for i := range w.ClusterTrainingRuntime.Spec.Template.Spec.ReplicatedJobs {
+		ps := &w.ClusterTrainingRuntime.Spec.Template.Spec.ReplicatedJobs[i].Template.Spec.Template.Spec
+		ps.Tolerations = append(ps.Tolerations, t)
+	}
+	return w
+}
+
+// Image sets the image of the runtime's node container.
+func (w *ClusterTrainingRuntimeWrapper) Image(image string) *ClusterTrainingRuntimeWrapper {
+	for i := range w.ClusterTrainingRuntime.Spec.Template.Spec.ReplicatedJobs {
+		ps := &w.ClusterTrainingRuntime.Spec.Template.Spec.ReplicatedJobs[i].Template.Spec.Template.Spec
+		for j := range ps.Containers {
+			ps.Containers[j].Image = image
+		}
+	}
+	return w
+}
+
 // TorchRuntimeSpec is a torch runtime spec with numNodes nodes.
 func TorchRuntimeSpec(numNodes int32) trainer.TrainingRuntimeSpec {
 	return trainer.TrainingRuntimeSpec{

@@ -99,7 +99,7 @@ func (c *Cluster) webhookServing() (host string, port int, certDir string) {
 }
 
 func (c *Cluster) startJobSet(ctx context.Context) error {
-	health, err := freePort()
+	health, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -137,11 +137,11 @@ clientConnection:
 const KueueNamespace = "kueue-system"
 
 func (c *Cluster) startKueue(ctx context.Context) error {
-	health, err := freePort()
+	health, err := FreePort()
 	if err != nil {
 		return err
 	}
-	metrics, err := freePort()
+	metrics, err := FreePort()
 	if err != nil {
 		return err
 	}

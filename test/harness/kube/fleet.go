@@ -29,14 +29,16 @@ type FleetOptions struct {
 }
 
 // HubOptions is a trainyard hub: Kueue with the Trainer, JobSet and
-// trainyard CRDs, and no Trainer controller, since trainyard runs the jobs
-// elsewhere.
+// trainyard CRDs, kube-controller-manager for garbage collection (a deleted
+// TrainJob takes its Workload with it), and no Trainer controller, since
+// trainyard runs the jobs elsewhere.
 func HubOptions(dir string, kueue bool) Options {
 	return Options{
-		Name:  "hub",
-		Dir:   dir,
-		CRDs:  []string{CRDsKueue, CRDsJobSet, CRDsTrainer, CRDsTrainyard},
-		Kueue: kueue,
+		Name:              "hub",
+		Dir:               dir,
+		CRDs:              []string{CRDsKueue, CRDsJobSet, CRDsTrainer, CRDsTrainyard},
+		ControllerManager: true,
+		Kueue:             kueue,
 	}
 }
 

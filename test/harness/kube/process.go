@@ -88,8 +88,8 @@ func (p *Process) LogTail(n int) string {
 	return string(b)
 }
 
-// freePort asks the kernel for a free loopback TCP port.
-func freePort() (int, error) {
+// FreePort asks the kernel for a free loopback TCP port.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

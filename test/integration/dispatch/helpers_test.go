@@ -1,0 +1,164 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/util"
+)
+
+// logSink is where the in-process hub and agents log: a file in
+// $TRAINYARD_ARTIFACTS when set, else nowhere.
+func logSink() io.Writer {
+	dir := os.Getenv("TRAINYARD_ARTIFACTS")
+	if dir == "" {
+		return io.Discard
+	}
+	_ = os.MkdirAll(dir, 0o755)
+	f, err := os.Create(filepath.Join(dir, "trainyard-controllers.log"))
+	if err != nil {
+		return io.Discard
+	}
+	return f
+}
+
+// makeRuntime creates a ClusterTrainingRuntime whose pods run on kwok nodes
+// for runFor, and deletes it when the test ends.
+func makeRuntime(t *testing.T, name, runFor string) *trainer.ClusterTrainingRuntime {
+	t.Helper()
+	rt := tytesting.MakeClusterTrainingRuntime(name).Toleration(kube.KwokToleration).
+		PodAnnotation("kwok.trainyard.dev/run-for", runFor).Obj()
+	ctx := context.Background()
+	NewWithT(t).Expect(env.fleet.Hub.Client.Create(ctx, rt)).To(Succeed())
+	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(ctx, rt) })
+	return rt
+}
+
+// submit creates a TrainJob in the tenant namespace and, at the end of the
+// test, deletes it and waits until its remote work is gone everywhere.
+func submit(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
+	t.Helper()
+	ctx := context.Background()
+	NewWithT(t).Expect(env.fleet.Hub.Client.Create(ctx, tj)).To(Succeed())
+	t.Cleanup(func() {
+		_ = env.fleet.Hub.Client.Delete(ctx, tj, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		NewWithT(t).Eventually(func() int { return len(remoteJobSetsOf(t, tj)) }, util.Timeout, util.Interval).Should(BeZero(),
+			"remote JobSets of %s outlived it", tj.Name)
+	})
+	return tj
+}
+
+// workloadOf returns the Kueue Workload of a TrainJob, waiting for it.
+func workloadOf(g Gomega, tj *trainer.TrainJob) *kueue.Workload {
+	var wl *kueue.Workload
+	g.Eventually(func(g Gomega) {
+		var list kueue.WorkloadList
+		g.Expect(env.fleet.Hub.Client.List(context.Background(), &list, client.InNamespace(tj.Namespace))).To(Succeed())
+		for i := range list.Items {
+			for _, o := range list.Items[i].OwnerReferences {
+				if o.UID == tj.UID {
+					wl = &list.Items[i]
+				}
+			}
+		}
+		g.Expect(wl).NotTo(BeNil(), "no Workload for TrainJob %s yet", tj.Name)
+	}, util.Timeout, util.Interval).Should(Succeed())
+	return wl
+}
+
+// dispatchesOf lists the Dispatches of a Workload across agent namespaces.
+func dispatchesOf(g Gomega, wl *kueue.Workload) []v1alpha1.Dispatch {
+	var list v1alpha1.DispatchList
+	g.Expect(env.fleet.Hub.Client.List(context.Background(), &list,
+		client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)})).To(Succeed())
+	return list.Items
+}
+
+// remoteJobSet is a JobSet found on a spoke.
+type remoteJobSet struct {
+	spoke string
+	js    jobset.JobSet
+}
+
+// remoteJobSetsOf lists, on every spoke, the JobSets made for a TrainJob.
+// Remote names start with the TrainJob's name (backends.RemoteName), and
+// every test uses TrainJob names of its own.
+func remoteJobSetsOf(t *testing.T, tj *trainer.TrainJob) []remoteJobSet {
+	t.Helper()
+	var out []remoteJobSet
+	for _, s := range env.fleet.Spokes {
+		var list jobset.JobSetList
+		if err := s.Client.List(context.Background(), &list, client.InNamespace("jobs")); err != nil {
+			t.Fatalf("list JobSets on %s: %v", s.Name, err)
+		}
+		for _, js := range list.Items {
+			if strings.HasPrefix(js.Name, tj.Name+"-") {
+				out = append(out, remoteJobSet{spoke: s.Name, js: js})
+			}
+		}
+	}
+	return out
+}
+
+func spokeNamed(name string) *kube.Cluster {
+	for _, s := range env.fleet.Spokes {
+		if s.Name == name {
+			return s
+		}
+	}
+	panic("no spoke " + name)
+}
+
+// checkState returns trainyard's admission check state on wl.
+func checkState(wl *kueue.Workload) (kueue.CheckState, string) {
+	for _, c := range wl.Status.AdmissionChecks {
+		if c.Name == "trainyard" {
+			return c.State, c.Message
+		}
+	}
+	return "", ""
+}
+
+func envOf(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			if e.ValueFrom != nil {
+				return fmt.Sprintf("valueFrom(%v)", e.ValueFrom.FieldRef)
+			}
+			return e.Value
+		}
+	}
+	return "<unset>"
+}
+
+func itoa(n int32) string { return strconv.Itoa(int(n)) }
+
+// eventMessages lists the messages of events with reason about wl.
+func eventMessages(g Gomega, wl *kueue.Workload, reason string) []string {
+	var events corev1.EventList
+	g.Expect(env.fleet.Hub.Client.List(context.Background(), &events, client.InNamespace(wl.Namespace))).To(Succeed())
+	var msgs []string
+	for _, e := range events.Items {
+		if e.InvolvedObject.UID == wl.UID && e.Reason == reason {
+			msgs = append(msgs, e.Message)
+		}
+	}
+	return msgs
+}
