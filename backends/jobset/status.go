@@ -72,7 +72,7 @@ func jobSetStatus(js *jobsetv1alpha2.JobSet, pods []corev1.Pod, now time.Time) *
 		// Deleted before it finished: by our Cancel, or by someone on the spoke.
 		st.Phase, st.Reason = v1alpha1.DispatchCancelled, ReasonDeleted
 		st.Message = "the JobSet is being deleted"
-	case anyActive(js):
+	case allReady(js):
 		st.Phase, st.Reason = v1alpha1.DispatchRunning, ReasonRunning
 		if st.StartTime = earliestStart(pods); st.StartTime == nil {
 			st.StartTime = &metav1.Time{Time: now}
@@ -100,6 +100,25 @@ func anyActive(js *jobsetv1alpha2.JobSet) bool {
 		}
 	}
 	return false
+}
+
+// allReady: every replicated job has all its Jobs ready, that is every pod
+// running. Active alone is not running: a Job with pods still Pending is
+// active, and calling it running would let placement book its GPUs twice.
+func allReady(js *jobsetv1alpha2.JobSet) bool {
+	if len(js.Status.ReplicatedJobsStatus) < max(len(js.Spec.ReplicatedJobs), 1) {
+		return false
+	}
+	want := map[string]int32{}
+	for _, rj := range js.Spec.ReplicatedJobs {
+		want[rj.Name] = rj.Replicas
+	}
+	for _, r := range js.Status.ReplicatedJobsStatus {
+		if r.Ready+r.Succeeded < max(want[r.Name], 1) {
+			return false
+		}
+	}
+	return true
 }
 
 // replicas copies the JobSet's counts. They count child Jobs, not pods:

@@ -48,6 +48,7 @@ func pod(start, finish int, exits ...int32) corev1.Pod {
 
 func TestJobSetStatus(t *testing.T) {
 	active := jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Active: 1}
+	running := jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Active: 1, Ready: 1}
 	done := jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Succeeded: 1}
 	failed := jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Failed: 1}
 	deleting := jobSetWith(nil, active)
@@ -66,11 +67,16 @@ func TestJobSetStatus(t *testing.T) {
 			want: backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated,
 				Replicas: []v1alpha1.ReplicaStatus{{Name: "node"}}},
 		},
+		"active but pods not all running is only submitted": {
+			js: jobSetWith(nil, active, jobsetv1alpha2.ReplicatedJobStatus{Name: "launcher", Ready: 1, Active: 1}),
+			want: backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated,
+				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1}, {Name: "launcher", Active: 1, Ready: 1}}},
+		},
 		"running, start from the earliest pod": {
-			js:   jobSetWith(nil, active, jobsetv1alpha2.ReplicatedJobStatus{Name: "launcher", Ready: 1, Active: 1}),
+			js:   jobSetWith(nil, running, jobsetv1alpha2.ReplicatedJobStatus{Name: "launcher", Ready: 1, Active: 1}),
 			pods: []corev1.Pod{pod(5, 0), pod(2, 0), {}},
 			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: ReasonRunning, StartTime: atPtr(2),
-				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1}, {Name: "launcher", Active: 1, Ready: 1}}},
+				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1, Ready: 1}, {Name: "launcher", Active: 1, Ready: 1}}},
 		},
 		"running, no pod reports a start": {
 			js: jobSetWith(nil, jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Ready: 1}),
@@ -78,10 +84,10 @@ func TestJobSetStatus(t *testing.T) {
 				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Ready: 1}}},
 		},
 		"a false Completed condition is not the end": {
-			js:   jobSetWith([]metav1.Condition{cond(jobsetv1alpha2.JobSetCompleted, metav1.ConditionFalse, "", "", 3)}, active),
+			js:   jobSetWith([]metav1.Condition{cond(jobsetv1alpha2.JobSetCompleted, metav1.ConditionFalse, "", "", 3)}, running),
 			pods: []corev1.Pod{pod(1, 0)},
 			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: ReasonRunning, StartTime: atPtr(1),
-				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1}}},
+				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1, Ready: 1}}},
 		},
 		"completed": {
 			js:   jobSetWith([]metav1.Condition{cond(jobsetv1alpha2.JobSetCompleted, metav1.ConditionTrue, "AllJobsCompleted", "jobset completed successfully", 9)}, done),

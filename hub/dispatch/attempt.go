@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -113,11 +114,15 @@ func (r *Reconciler) place(ctx context.Context, req placement.Request) (placemen
 	if err := r.client.List(ctx, &dispatches); err != nil {
 		return placement.Decision{}, err
 	}
+	heartbeat := map[string]time.Time{}
+	for _, t := range targets.Items {
+		if t.Status.LastHeartbeatTime != nil {
+			heartbeat[t.Name] = t.Status.LastHeartbeatTime.Time
+		}
+	}
 	inFlight := map[string]int64{}
 	for _, d := range dispatches.Items {
-		// Until the remote runs, its pods are not bound and the heartbeat
-		// cannot count them; count them here instead.
-		if p := d.Status.Phase; d.DeletionTimestamp.IsZero() && (p == "" || p == v1alpha1.DispatchPending || p == v1alpha1.DispatchSubmitted) {
+		if inFlightOn(&d, heartbeat[d.Spec.TargetName]) {
 			n, _ := strconv.ParseInt(d.Annotations[v1alpha1.AnnotationGPUs], 10, 64)
 			inFlight[d.Spec.TargetName] += n
 		}
@@ -128,6 +133,23 @@ func (r *Reconciler) place(ctx context.Context, req placement.Request) (placemen
 		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: inFlight[t.Name]})
 	}
 	return placement.Choose(req, candidates)
+}
+
+// inFlightOn reports whether d's GPUs may be missing from its target's
+// last heartbeat: until the remote runs its pods may be unbound, and the
+// heartbeat counts bound pods only; once running, a heartbeat taken before
+// the start has not seen them either.
+func inFlightOn(d *v1alpha1.Dispatch, lastHeartbeat time.Time) bool {
+	if !d.DeletionTimestamp.IsZero() {
+		return false
+	}
+	switch d.Status.Phase {
+	case "", v1alpha1.DispatchPending, v1alpha1.DispatchSubmitted:
+		return true
+	case v1alpha1.DispatchRunning:
+		return d.Status.StartTime == nil || !lastHeartbeat.After(d.Status.StartTime.Time)
+	}
+	return false
 }
 
 // requestOf reads the pod sets, their GPU requests and assigned flavors.
