@@ -94,6 +94,8 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 			best = &d
 		}
 	}
+	// The cache lists targets in no fixed order; messages must not depend on it.
+	sort.Strings(serving)
 	switch {
 	case best != nil:
 		return *best, nil

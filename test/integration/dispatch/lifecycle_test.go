@@ -272,7 +272,8 @@ func TestJobLargerThanAnyNodeIsRejected(t *testing.T) {
 	// check to Pending; the deactivation and the event are what stay.
 	g.Eventually(func(g Gomega) {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(wl), wl)).To(Succeed())
-		g.Expect(ptr.Deref(wl.Spec.Active, true)).To(BeFalse())
+		state, msg := checkState(wl)
+		g.Expect(ptr.Deref(wl.Spec.Active, true)).To(BeFalse(), "check %s: %s; conditions %v", state, msg, wl.Status.Conditions)
 		g.Expect(eventMessages(g, wl, "Rejected")).To(ContainElement(
 			ContainSubstring("a pod asks for 8 GPUs, the largest node of targets spoke1, spoke2 has 4")))
 	}, util.Timeout, util.Interval).Should(Succeed())
