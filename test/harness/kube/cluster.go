@@ -59,6 +59,7 @@ type Cluster struct {
 // Start brings up a cluster as opts say. On error everything already
 // started is stopped again.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	reapOrphans()
 	if opts.JobSet && opts.Kueue {
 		// envtest serves one webhook endpoint per API server.
 		return nil, errors.New("a harness cluster runs JobSet or Kueue webhooks, not both")
