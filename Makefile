@@ -61,3 +61,7 @@ integration: tools slurm-root ## Integration tests against real control planes, 
 
 .PHONY: test
 test: fmt vet unit integration ## Everything CI runs: format, vet, unit and integration tests.
+
+.PHONY: bench
+bench: tools ## Dispatch throughput: 200 TrainJobs over 2 spokes against raw JobSets on one, as a ratio.
+	go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/bench/

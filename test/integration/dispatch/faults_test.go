@@ -36,11 +36,11 @@ func TestLostAgentIsRequeuedAndFencedOnReturn(t *testing.T) {
 	g.Expect(stale).To(HaveLen(1))
 
 	agent := env.agents[lostSpoke]
-	agent.stop()
+	agent.Stop()
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			_ = agent.start()
+			_ = agent.Start()
 		}
 	})
 
@@ -67,7 +67,7 @@ func TestLostAgentIsRequeuedAndFencedOnReturn(t *testing.T) {
 	var js jobset.JobSet
 	g.Expect(spokeNamed(lostSpoke).Client.Get(ctx, client.ObjectKeyFromObject(&stale[0].js), &js)).To(Succeed())
 
-	g.Expect(agent.start()).To(Succeed())
+	g.Expect(agent.Start()).To(Succeed())
 	restarted = true
 	g.Eventually(func(g Gomega) {
 		err := spokeNamed(lostSpoke).Client.Get(ctx, client.ObjectKeyFromObject(&stale[0].js), &js)
@@ -91,7 +91,7 @@ func TestLostAgentIsRequeuedAndFencedOnReturn(t *testing.T) {
 func TestHubCrashMidDispatchMakesNoDuplicates(t *testing.T) {
 	g := NewWithT(t)
 	makeRuntime(t, "torch-hubcrash", "10m")
-	t.Cleanup(func() { _ = env.hub.start() })
+	t.Cleanup(func() { _ = env.hub.Start() })
 	var jobs []*trainer.TrainJob
 	for i := 0; i < 6; i++ {
 		jobs = append(jobs, submit(t, trainJob(fmt.Sprintf("hubcrash-%d", i), "torch-hubcrash", 1, 2)))
@@ -104,8 +104,8 @@ func TestHubCrashMidDispatchMakesNoDuplicates(t *testing.T) {
 		}
 		g.Expect(n).To(BeNumerically(">", 0))
 	}, util.Timeout, 20*time.Millisecond).Should(Succeed())
-	env.hub.stop()
-	g.Expect(env.hub.start()).To(Succeed())
+	env.hub.Stop()
+	g.Expect(env.hub.Start()).To(Succeed())
 	expectOneCopyEach(t, jobs)
 }
 
@@ -131,15 +131,15 @@ func TestAgentCrashMidSubmitMakesNoDuplicates(t *testing.T) {
 		g.Expect(taken).To(BeNumerically(">", 0))
 	}, util.Timeout, 20*time.Millisecond).Should(Succeed())
 	for _, a := range env.agents {
-		a.stop()
+		a.Stop()
 	}
 	t.Cleanup(func() {
 		for _, a := range env.agents {
-			_ = a.start()
+			_ = a.Start()
 		}
 	})
 	for _, a := range env.agents {
-		g.Expect(a.start()).To(Succeed())
+		g.Expect(a.Start()).To(Succeed())
 	}
 	expectOneCopyEach(t, jobs)
 }

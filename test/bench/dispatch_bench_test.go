@@ -1,0 +1,257 @@
+// Package bench measures trainyard's dispatch throughput on the harness and
+// compares it with the raw rate of the same spoke, in one run:
+//
+//	make bench   (go test -run '^$' -bench . -benchtime 1x ./test/bench/)
+//
+// TRAINYARD_BENCH_JOBS sets the number of jobs (default 200).
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
+)
+
+const (
+	nodesPerSpoke = 25
+	gpusPerNode   = 8
+	// Each TrainJob asks for 2 GPUs: 200 jobs need 400 GPUs, more than one
+	// spoke's 200, so best-fit placement has to use both spokes. A raw
+	// JobSet asks for 1, so 200 fit on the one spoke they run on; the
+	// scheduling work per pod is the same.
+	gpusPerTrainJob = 2
+	gpusPerRawJob   = 1
+	creators        = 8
+)
+
+func BenchmarkDispatchThroughput(b *testing.B) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(devNull(b))))
+	n := 200
+	if v, err := strconv.Atoi(os.Getenv("TRAINYARD_BENCH_JOBS")); err == nil && v > 0 {
+		n = v
+	}
+	ctx := context.Background()
+	fleet, err := kube.StartFleet(ctx, kube.FleetOptions{Spokes: 2, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fleet.Stop()
+	for _, s := range fleet.Spokes {
+		var nodes []kube.NodeSpec
+		for i := 0; i < nodesPerSpoke; i++ {
+			nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("%s-n%02d", s.Name, i), GPUs: gpusPerNode})
+		}
+		if err := s.AddKwokNodes(ctx, nodes...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := trainyard.SetUpQueue(ctx, fleet.Hub, trainyard.Queue{
+		ClusterQueue: "cq", Namespace: "bench", LocalQueue: "lq", Flavor: "gpu", GPUs: "10000",
+	}); err != nil {
+		b.Fatal(err)
+	}
+	rt := tytesting.MakeClusterTrainingRuntime("bench").Toleration(kube.KwokToleration).
+		PodAnnotation("kwok.trainyard.dev/run-for", "1h").Obj()
+	if err := fleet.Hub.Client.Create(ctx, rt); err != nil {
+		b.Fatal(err)
+	}
+	controllers, err := trainyard.Start(ctx, fleet, trainyard.Options{Flavor: "gpu"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer controllers.Stop()
+	waitTargetsReady(b, fleet)
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		raw := rawJobSets(b, fleet.Spokes[0], n, i)
+		ty := trainJobs(b, fleet, n, i)
+		b.ReportMetric(float64(n)/raw.Seconds(), "raw-jobsets/s")
+		b.ReportMetric(float64(n)/ty.Seconds(), "trainjobs/s")
+		b.ReportMetric(raw.Seconds()/ty.Seconds(), "ratio")
+		fmt.Printf("\n%-44s %8s %10s\n", "path (jobs created to remote Running)", "seconds", "jobs/s")
+		fmt.Printf("%-44s %8.1f %10.1f\n", fmt.Sprintf("raw JobSets on one spoke (%d)", n), raw.Seconds(), float64(n)/raw.Seconds())
+		fmt.Printf("%-44s %8.1f %10.1f\n", fmt.Sprintf("trainyard TrainJobs over 2 spokes (%d)", n), ty.Seconds(), float64(n)/ty.Seconds())
+		fmt.Printf("%-44s %8s %10.2f\n\n", "trainyard / raw", "", raw.Seconds()/ty.Seconds())
+	}
+}
+
+// rawJobSets creates n one-pod JobSets on spoke directly and returns the
+// time until every one has a ready pod; then it deletes them and waits for
+// their pods to go, so the trainyard run finds the spoke empty.
+func rawJobSets(b *testing.B, spoke *kube.Cluster, n, round int) time.Duration {
+	ctx, c := context.Background(), spoke.Client
+	ns := fmt.Sprintf("raw-%d", round)
+	if err := spoke.EnsureNamespace(ctx, ns); err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	parallel(b, n, func(i int) error { return c.Create(ctx, rawJobSet(ns, fmt.Sprintf("raw-%d", i))) })
+	waitFor(b, "raw JobSets running", func() (int, error) {
+		var list jobset.JobSetList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return 0, err
+		}
+		ready := 0
+		for _, js := range list.Items {
+			for _, r := range js.Status.ReplicatedJobsStatus {
+				if r.Ready > 0 {
+					ready++
+				}
+			}
+		}
+		return ready, nil
+	}, n)
+	d := time.Since(t0)
+	if err := c.DeleteAllOf(ctx, &jobset.JobSet{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		b.Fatal(err)
+	}
+	waitFor(b, "raw pods gone", func() (int, error) {
+		var pods corev1.PodList
+		err := c.List(ctx, &pods, client.InNamespace(ns))
+		return -len(pods.Items), err
+	}, 0)
+	return d
+}
+
+func rawJobSet(ns, name string) *jobset.JobSet {
+	gpu := *resource.NewQuantity(gpusPerRawJob, resource.DecimalSI)
+	return &jobset.JobSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: jobset.JobSetSpec{ReplicatedJobs: []jobset.ReplicatedJob{{
+			Name: "node", Replicas: 1,
+			Template: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
+				Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1),
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"kwok.trainyard.dev/run-for": "1h"}},
+					Spec: corev1.PodSpec{
+						RestartPolicy: corev1.RestartPolicyNever,
+						Tolerations:   []corev1.Toleration{kube.KwokToleration},
+						Containers: []corev1.Container{{Name: "node", Image: "registry.example/trainer:latest",
+							Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{kube.GPUResource: gpu}, Limits: corev1.ResourceList{kube.GPUResource: gpu}}}},
+					},
+				},
+			}},
+		}}},
+	}
+}
+
+// trainJobs submits n TrainJobs to the hub and returns the time until every
+// one's Dispatch reports its remote work Running.
+func trainJobs(b *testing.B, fleet *kube.Fleet, n, round int) time.Duration {
+	ctx, c := context.Background(), fleet.Hub.Client
+	t0 := time.Now()
+	parallel(b, n, func(i int) error {
+		return c.Create(ctx, tytesting.MakeTrainJob(fmt.Sprintf("ty-%d-%d", round, i), "bench").Queue("lq").
+			RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(gpusPerTrainJob).Obj())
+	})
+	perTarget := map[string]int{}
+	waitFor(b, "trainyard dispatches running", func() (int, error) {
+		var list v1alpha1.DispatchList
+		if err := c.List(ctx, &list); err != nil {
+			return 0, err
+		}
+		running := 0
+		clear(perTarget)
+		for _, d := range list.Items {
+			if d.Status.Phase == v1alpha1.DispatchRunning {
+				running++
+				perTarget[d.Spec.TargetName]++
+			}
+		}
+		return running, nil
+	}, n)
+	d := time.Since(t0)
+	fmt.Printf("dispatches running per target: %v\n", perTarget)
+	for target, jobs := range perTarget {
+		if jobs*gpusPerTrainJob > nodesPerSpoke*gpusPerNode {
+			b.Fatalf("target %s was booked past its GPUs: %d jobs of %d GPUs on %d GPUs", target, jobs, gpusPerTrainJob, nodesPerSpoke*gpusPerNode)
+		}
+	}
+	return d
+}
+
+func parallel(b *testing.B, n int, fn func(i int) error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int, n)
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	for w := 0; w < creators; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(i); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+}
+
+// waitFor polls count until it reaches want, for at most 10 minutes.
+func waitFor(b *testing.B, what string, count func() (int, error), want int) {
+	deadline := time.Now().Add(10 * time.Minute)
+	last := 0
+	for time.Now().Before(deadline) {
+		got, err := count()
+		if err == nil && got >= want {
+			return
+		}
+		last = got
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.Fatalf("%s: %d of %d after 10 minutes", what, last, want)
+}
+
+func waitTargetsReady(b *testing.B, fleet *kube.Fleet) {
+	waitFor(b, "targets reporting free GPUs", func() (int, error) {
+		var list v1alpha1.TargetList
+		if err := fleet.Hub.Client.List(context.Background(), &list); err != nil {
+			return 0, err
+		}
+		ready := 0
+		for _, t := range list.Items {
+			if t.Status.FreeGPUs == nodesPerSpoke*gpusPerNode {
+				ready++
+			}
+		}
+		return ready, nil
+	}, len(fleet.Spokes))
+}
+
+func devNull(b *testing.B) *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f
+}

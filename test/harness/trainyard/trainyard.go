@@ -1,0 +1,245 @@
+// Package trainyard runs trainyard itself on a harness fleet: it registers
+// each spoke as a Target with RBAC-limited agent credentials, installs the
+// runtime-pinning webhook and policy on the hub, and runs the hub and one
+// agent per spoke in this process, each stoppable and restartable as a
+// crashed pod would be. Tests, benchmarks and `trainyard dev up` share it.
+package trainyard
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub"
+	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
+	"github.com/trainyard-dev/trainyard/hub/snapshot"
+	"github.com/trainyard-dev/trainyard/hub/targets"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/spoke"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+)
+
+// Options tune the controllers for a test's pace.
+type Options struct {
+	// Flavor every spoke serves.
+	Flavor string
+	// SpokeNamespace is where remote JobSets go (default "jobs").
+	SpokeNamespace    string
+	TopologyLevels    []string
+	LostTargetTimeout time.Duration
+	HeartbeatInterval time.Duration
+	FenceInterval     time.Duration
+	Resync            time.Duration
+	// HubQPS and HubBurst are the hub's client rate limits (hub defaults if 0).
+	HubQPS   float32
+	HubBurst int
+}
+
+// Controllers are the running hub and agents.
+type Controllers struct {
+	Hub    *Component
+	Agents map[string]*Component
+	// AgentConfigs are the agents' RBAC-limited hub credentials.
+	AgentConfigs map[string]*rest.Config
+	MetricsURL   string
+}
+
+// Start registers the fleet's spokes and starts the hub and the agents.
+func Start(ctx context.Context, fleet *kube.Fleet, o Options) (*Controllers, error) {
+	if o.SpokeNamespace == "" {
+		o.SpokeNamespace = "jobs"
+	}
+	c := &Controllers{Agents: map[string]*Component{}, AgentConfigs: map[string]*rest.Config{}}
+	for _, s := range fleet.Spokes {
+		cfg, err := registerTarget(ctx, fleet.Hub, s.Name, o)
+		if err != nil {
+			return nil, err
+		}
+		c.AgentConfigs[s.Name] = cfg
+	}
+	hubOpts, err := installWebhook(ctx, fleet.Hub)
+	if err != nil {
+		return nil, err
+	}
+	metricsPort, err := kube.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	c.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	hubOpts.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	hubOpts.SkipNameValidation = true
+	hubOpts.QPS, hubOpts.Burst = o.HubQPS, o.HubBurst
+	hubOpts.Options = hub.Options{LostTargetTimeout: o.LostTargetTimeout}
+	c.Hub = &Component{Name: "hub", build: func(context.Context) (ctrl.Manager, error) {
+		return hub.NewManager(fleet.Hub.Config, hubOpts)
+	}}
+	if err := c.Hub.Start(); err != nil {
+		return nil, err
+	}
+	for _, s := range fleet.Spokes {
+		s := s
+		a := &Component{Name: "agent-" + s.Name, build: func(ctx context.Context) (ctrl.Manager, error) {
+			return spoke.NewKubernetesAgent(ctx, c.AgentConfigs[s.Name], spoke.KubernetesOptions{
+				Target: s.Name, Spoke: s.Config, SkipNameValidation: true,
+				Agent: spoke.Options{HeartbeatInterval: o.HeartbeatInterval, FenceInterval: o.FenceInterval, Resync: o.Resync},
+			})
+		}}
+		c.Agents[s.Name] = a
+		if err := a.Start(); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Stop stops the agents, then the hub.
+func (c *Controllers) Stop() {
+	for _, a := range c.Agents {
+		a.Stop()
+	}
+	if c.Hub != nil {
+		c.Hub.Stop()
+	}
+}
+
+// registerTarget creates a spoke's Target, its agent namespace, and hub
+// credentials for its agent that RBAC limits to what targets.AgentRBAC grants.
+func registerTarget(ctx context.Context, h *kube.Cluster, name string, o Options) (*rest.Config, error) {
+	t := tytesting.MakeKubernetesTarget(name, o.Flavor).Kubernetes(&v1alpha1.KubernetesTarget{
+		Namespace: o.SpokeNamespace, TopologyLevels: o.TopologyLevels,
+	}).Obj()
+	if err := h.EnsureNamespace(ctx, t.Spec.Agent.Namespace); err != nil {
+		return nil, err
+	}
+	if err := h.Client.Create(ctx, t); err != nil {
+		return nil, err
+	}
+	user := "trainyard-agent:" + name
+	for _, obj := range targets.AgentRBAC(t, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}) {
+		if err := h.Client.Create(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	return h.AddUser(user)
+}
+
+// installWebhook registers the hub's runtime-pinning webhook at a local
+// port with a fresh serving certificate, and the pinned-runtime policy.
+func installWebhook(ctx context.Context, h *kube.Cluster) (hub.ManagerOptions, error) {
+	port, err := kube.FreePort()
+	if err != nil {
+		return hub.ManagerOptions{}, err
+	}
+	certDir := filepath.Join(h.Dir, "trainyard-webhook-certs")
+	ca, err := kube.ServingCert(certDir)
+	if err != nil {
+		return hub.ManagerOptions{}, err
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, snapshot.WebhookPath)
+	policy, binding := snapshot.PinnedRuntimePolicy()
+	for _, obj := range []client.Object{snapshot.WebhookConfiguration(url, ca), policy, binding} {
+		if err := h.Client.Create(ctx, obj); err != nil {
+			return hub.ManagerOptions{}, err
+		}
+	}
+	return hub.ManagerOptions{WebhookHost: "127.0.0.1", WebhookPort: port, WebhookCertDir: certDir}, nil
+}
+
+// Queue is a Kueue ClusterQueue with trainyard's admission check and one
+// LocalQueue.
+type Queue struct {
+	ClusterQueue string
+	Namespace    string
+	LocalQueue   string
+	Flavor       string
+	GPUs         string
+}
+
+// CheckName is the AdmissionCheck SetUpQueue creates.
+const CheckName = "trainyard"
+
+// SetUpQueue creates (or keeps) the AdmissionCheck, the flavor, and q's
+// ClusterQueue and LocalQueue.
+func SetUpQueue(ctx context.Context, h *kube.Cluster, q Queue) error {
+	if err := h.EnsureNamespace(ctx, q.Namespace); err != nil {
+		return err
+	}
+	objs := []client.Object{
+		kueuetesting.MakeAdmissionCheck(CheckName).ControllerName(admissioncheck.ControllerName).Obj(),
+		kueuetesting.MakeResourceFlavor(q.Flavor).Obj(),
+		kueuetesting.MakeClusterQueue(q.ClusterQueue).
+			ResourceGroup(*kueuetesting.MakeFlavorQuotas(q.Flavor).Resource("nvidia.com/gpu", q.GPUs).Obj()).
+			AdmissionChecks(CheckName).Obj(),
+		kueuetesting.MakeLocalQueue(q.LocalQueue, q.Namespace).ClusterQueue(q.ClusterQueue).Obj(),
+	}
+	for _, obj := range objs {
+		if err := h.Client.Create(ctx, obj); client.IgnoreAlreadyExists(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Component is a hub or agent manager that can be stopped and started
+// again, as a crashed and restarted pod would be.
+type Component struct {
+	Name   string
+	build  func(ctx context.Context) (ctrl.Manager, error)
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Start starts the component unless it runs already. A manager that exits
+// at once (its previous incarnation may still hold a listening port for a
+// moment after stopping) is started again.
+func (c *Component) Start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancel != nil {
+		return nil
+	}
+	var lastErr error
+	for try := 0; try < 40; try++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		mgr, err := c.build(ctx)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("build %s: %w", c.Name, err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- mgr.Start(ctx) }()
+		select {
+		case lastErr = <-done:
+			cancel()
+			time.Sleep(250 * time.Millisecond)
+			continue
+		case <-time.After(time.Second):
+		}
+		c.cancel, c.done = cancel, done
+		return nil
+	}
+	return fmt.Errorf("start %s: %w", c.Name, lastErr)
+}
+
+// Stop stops the component and waits until its manager has returned.
+func (c *Component) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancel == nil {
+		return
+	}
+	c.cancel()
+	<-c.done
+	c.cancel = nil
+}
