@@ -22,6 +22,7 @@ type devOptions struct {
 	noSlurm bool
 	gpus    int64
 	nodes   int
+	samples int
 }
 
 func newDevCommand() *cobra.Command {
@@ -41,6 +42,7 @@ func newDevCommand() *cobra.Command {
 	up.Flags().BoolVar(&o.noSlurm, "no-slurm", false, "do not start the Slurm cluster")
 	up.Flags().IntVar(&o.nodes, "nodes", 4, "kwok GPU nodes per spoke")
 	up.Flags().Int64Var(&o.gpus, "gpus-per-node", 8, "GPUs per kwok node")
+	up.Flags().IntVar(&o.samples, "samples", 4, "sample TrainJobs to submit once everything runs")
 	dev.AddCommand(up)
 	return dev
 }
@@ -92,7 +94,17 @@ func devUp(ctx context.Context, o devOptions) error {
 		fmt.Fprintf(w, "slurm\tSlurm 24.11 (slurmrestd)\t%s (chroot %s)\n", sl.URL, sl.Root)
 	}
 	w.Flush()
-	fmt.Printf("ready in %v; press Ctrl-C to stop everything\n", time.Since(t0).Round(time.Millisecond))
-	<-ctx.Done()
+	controllers, err := startTrainyard(ctx, fleet, o)
+	if err != nil {
+		return err
+	}
+	defer controllers.Stop()
+	fmt.Printf("hub and %d agents running (metrics %s); ready in %v\n", len(controllers.Agents), controllers.MetricsURL,
+		time.Since(t0).Round(time.Millisecond))
+	if err := submitSamples(ctx, fleet, o.samples); err != nil {
+		return err
+	}
+	fmt.Printf("submitted %d sample TrainJobs to queue %s/%s; press Ctrl-C to stop everything\n", o.samples, sampleNamespace, sampleQueue)
+	watchDispatches(ctx, fleet)
 	return nil
 }

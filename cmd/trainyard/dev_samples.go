@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
+)
+
+const (
+	sampleNamespace = "team-a"
+	sampleQueue     = "lq"
+	sampleFlavor    = "gpu"
+	sampleRuntime   = "torch-distributed"
+)
+
+// startTrainyard sets up a sample quota (a ClusterQueue with trainyard's
+// admission check), a torch runtime, and runs the hub and one agent per
+// spoke in this process, logging to the sandbox folder.
+func startTrainyard(ctx context.Context, fleet *kube.Fleet, o devOptions) (*trainyard.Controllers, error) {
+	logFile, err := os.Create(filepath.Join(o.dir, "trainyard.log"))
+	if err != nil {
+		return nil, err
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logFile)))
+	gpus := fmt.Sprint(int64(o.spokes*o.nodes) * o.gpus)
+	if err := trainyard.SetUpQueue(ctx, fleet.Hub, trainyard.Queue{
+		ClusterQueue: "team-a", Namespace: sampleNamespace, LocalQueue: sampleQueue, Flavor: sampleFlavor, GPUs: gpus,
+	}); err != nil {
+		return nil, err
+	}
+	rt := tytesting.MakeClusterTrainingRuntime(sampleRuntime).Toleration(kube.KwokToleration).
+		PodAnnotation("kwok.trainyard.dev/run-for", "45s").Obj()
+	if err := fleet.Hub.Client.Create(ctx, rt); err != nil {
+		return nil, err
+	}
+	return trainyard.Start(ctx, fleet, trainyard.Options{
+		Flavor: sampleFlavor, TopologyLevels: []string{"topology.kubernetes.io/rack"},
+		HeartbeatInterval: 2 * time.Second,
+	})
+}
+
+// submitSamples submits n two-node TrainJobs of 4 GPUs per node.
+func submitSamples(ctx context.Context, fleet *kube.Fleet, n int) error {
+	for i := 0; i < n; i++ {
+		tj := tytesting.MakeTrainJob(fmt.Sprintf("sample-%d", i), sampleNamespace).Queue(sampleQueue).
+			RuntimeRef(trainer.ClusterTrainingRuntimeKind, sampleRuntime).NumNodes(2).GPUsPerNode(4).Obj()
+		if err := fleet.Hub.Client.Create(ctx, tj); err != nil {
+			return fmt.Errorf("submit %s: %w", tj.Name, err)
+		}
+	}
+	return nil
+}
+
+// watchDispatches prints the table of Dispatches whenever it changes.
+func watchDispatches(ctx context.Context, fleet *kube.Fleet) {
+	last := ""
+	for {
+		var list v1alpha1.DispatchList
+		if err := fleet.Hub.Client.List(ctx, &list); err == nil {
+			if table := dispatchTable(list.Items); table != last {
+				fmt.Printf("\n%s  dispatches:\n%s", time.Now().Format("15:04:05"), table)
+				last = table
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func dispatchTable(items []v1alpha1.Dispatch) string {
+	sort.Slice(items, func(i, j int) bool { return items[i].Spec.TrainJob.Name < items[j].Spec.TrainJob.Name })
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TRAINJOB\tTARGET\tATTEMPT\tPHASE\tREMOTE")
+	for _, d := range items {
+		remote := ""
+		if d.Status.Remote != nil {
+			remote = d.Status.Remote.Kind + " " + d.Status.Remote.Namespace + "/" + d.Status.Remote.Name
+		}
+		fmt.Fprintf(w, "%s/%s\t%s\t%d\t%s\t%s\n", d.Spec.Workload.Namespace, d.Spec.TrainJob.Name, d.Spec.TargetName,
+			d.Spec.Attempt, d.Status.Phase, remote)
+	}
+	w.Flush()
+	return b.String()
+}
