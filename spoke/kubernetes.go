@@ -109,6 +109,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
 	backend := jobset.New(spoke.GetClient(), jobset.Options{
 		Namespace: t.Spec.Kubernetes.Namespace, TopologyLevels: t.Spec.Kubernetes.TopologyLevels,
+		LiveReader: spoke.GetAPIReader(),
 	})
 	opts := o.Agent
 	opts.Target, opts.Namespace, opts.Backend = t.Name, ns, backend

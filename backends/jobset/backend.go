@@ -46,6 +46,10 @@ type Options struct {
 	TopologyLevels []string
 	// Clock stamps start times no pod reports yet (default: real clock).
 	Clock clock.PassiveClock
+	// LiveReader, when the client reads from an informer cache, reads the
+	// API server directly: a JobSet just created may not be in the cache
+	// yet, and "not found" must be true before anyone acts on it.
+	LiveReader client.Reader
 }
 
 // Backend runs Dispatches as JobSets on one spoke cluster.
@@ -75,9 +79,15 @@ func (b *Backend) ref(name string) *v1alpha1.RemoteRef {
 	return &v1alpha1.RemoteRef{Kind: Kind, Namespace: b.opts.Namespace, Name: name}
 }
 
+// get reads a JobSet, confirming a cached "not found" with a live read.
 func (b *Backend) get(ctx context.Context, name string) (*jobsetv1alpha2.JobSet, error) {
 	js := &jobsetv1alpha2.JobSet{}
-	return js, b.c.Get(ctx, client.ObjectKey{Namespace: b.opts.Namespace, Name: name}, js)
+	key := client.ObjectKey{Namespace: b.opts.Namespace, Name: name}
+	err := b.c.Get(ctx, key, js)
+	if apierrors.IsNotFound(err) && b.opts.LiveReader != nil {
+		err = b.opts.LiveReader.Get(ctx, key, js)
+	}
+	return js, err
 }
 
 // Submit creates d's JobSet unless it exists. The name derives from the

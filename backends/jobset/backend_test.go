@@ -234,3 +234,31 @@ func TestListRemoteAndDelete(t *testing.T) {
 		t.Errorf("jobsets left (-want +got):\n%s", diff)
 	}
 }
+
+// TestObserveConfirmsNotFoundWithLiveRead: right after Submit the agent's
+// cache may not hold the new JobSet; Observe must not call it missing (the
+// agent would fail the Dispatch while the JobSet runs), so it asks the API
+// server before answering ErrNotFound.
+func TestObserveConfirmsNotFoundWithLiveRead(t *testing.T) {
+	ctx := context.Background()
+	d := testDispatch("d1")
+	live := newFakeClient()
+	if _, err := New(live, Options{Namespace: testNS}).Submit(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	staleCache := newFakeClient()
+
+	st, err := New(staleCache, Options{Namespace: testNS, LiveReader: live}).Observe(ctx, d)
+	if err != nil {
+		t.Fatalf("Observe with a live reader: %v", err)
+	}
+	if st.Phase != v1alpha1.DispatchSubmitted {
+		t.Errorf("phase %q, want Submitted", st.Phase)
+	}
+	if _, err := New(staleCache, Options{Namespace: testNS}).Observe(ctx, d); !errors.Is(err, backends.ErrNotFound) {
+		t.Errorf("without a live reader the stale cache answers %v, want ErrNotFound", err)
+	}
+	if _, err := New(newFakeClient(), Options{Namespace: testNS, LiveReader: newFakeClient()}).Observe(ctx, d); !errors.Is(err, backends.ErrNotFound) {
+		t.Errorf("JobSet missing everywhere: got %v, want ErrNotFound", err)
+	}
+}
