@@ -72,7 +72,9 @@ var (
 func Choose(req Request, candidates []Candidate) (Decision, error) {
 	var serving, reasons []string
 	var best *Decision
-	largestNode := int64(0)
+	// largestNode is only trusted when every serving target has published
+	// its node size: a target that has not reported yet might be larger.
+	largestNode, sizeUnknown := int64(0), false
 	for _, c := range candidates {
 		t := c.Target
 		if !servesFlavors(t, req.Flavors) {
@@ -80,6 +82,7 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 		}
 		serving = append(serving, t.Name)
 		largestNode = max(largestNode, maxNodeGPUs(t))
+		sizeUnknown = sizeUnknown || maxNodeGPUs(t) == 0
 		if why := unavailable(t); why != "" {
 			reasons = append(reasons, fmt.Sprintf("%s: %s", t.Name, why))
 			continue
@@ -101,7 +104,7 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 		return *best, nil
 	case len(serving) == 0:
 		return Decision{}, fmt.Errorf("%w %s", ErrNoTarget, strings.Join(req.Flavors, ", "))
-	case largestNode > 0 && maxPodGPUs(req) > largestNode:
+	case !sizeUnknown && maxPodGPUs(req) > largestNode:
 		return Decision{}, fmt.Errorf("%w: a pod asks for %d GPUs, the largest node of targets %s has %d",
 			ErrNeverFits, maxPodGPUs(req), strings.Join(serving, ", "), largestNode)
 	default:
@@ -143,14 +146,16 @@ func fits(req Request, t *v1alpha1.Target, inFlight int64) bool {
 	}
 	free := nodeFree(t)
 	if len(free) == 0 {
-		return true
+		// No per-node figures: the total and the largest node must do.
+		return t.Status.MaxGPUsPerNode == 0 || maxPodGPUs(req) <= t.Status.MaxGPUsPerNode
 	}
 	sort.Slice(free, func(i, j int) bool { return free[i] < free[j] })
-	for i := range free {
+	for i := len(free) - 1; i >= 0 && inFlight > 0; i-- {
 		take := min(free[i], inFlight)
 		free[i] -= take
 		inFlight -= take
 	}
+	sort.Slice(free, func(i, j int) bool { return free[i] < free[j] })
 	pods := podsLargestFirst(req)
 	for _, need := range pods {
 		if need == 0 {
@@ -187,7 +192,9 @@ func maxNodeGPUs(t *v1alpha1.Target) int64 { return t.Status.MaxGPUsPerNode }
 func maxPodGPUs(req Request) int64 {
 	var m int64
 	for _, ps := range req.PodSets {
-		m = max(m, ps.GPUsPerPod)
+		if ps.Count > 0 {
+			m = max(m, ps.GPUsPerPod)
+		}
 	}
 	return m
 }

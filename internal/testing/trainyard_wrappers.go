@@ -4,6 +4,10 @@
 package testing
 
 import (
+	"fmt"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -132,5 +136,70 @@ func (w *DispatchWrapper) RuntimeHash(h string) *DispatchWrapper { w.Spec.Runtim
 // WorkloadUID sets the workload UID.
 func (w *DispatchWrapper) WorkloadUID(uid types.UID) *DispatchWrapper {
 	w.Spec.Workload.UID = uid
+	return w
+}
+
+// Available marks the target Available=True with a fresh heartbeat, as the
+// hub's target controller does.
+func (w *TargetWrapper) Available() *TargetWrapper {
+	return w.AvailableCondition(metav1.ConditionTrue, v1alpha1.ReasonHeartbeatFresh)
+}
+
+// AvailableCondition sets the Available condition to status with reason.
+func (w *TargetWrapper) AvailableCondition(status metav1.ConditionStatus, reason string) *TargetWrapper {
+	apimeta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.TargetAvailable, Status: status, Reason: reason, Message: "set by test",
+	})
+	return w
+}
+
+// Paused sets spec.paused.
+func (w *TargetWrapper) Paused() *TargetWrapper { w.Spec.Paused = true; return w }
+
+// FreeGPUs sets status.freeGPUs.
+func (w *TargetWrapper) FreeGPUs(n int64) *TargetWrapper { w.Status.FreeGPUs = n; return w }
+
+// FreeGPUsPerNode publishes one topology domain whose nodes have the given
+// free GPUs, and sets status.freeGPUs to their sum.
+func (w *TargetWrapper) FreeGPUsPerNode(free ...int32) *TargetWrapper {
+	d := v1alpha1.TopologyDomain{Values: []string{}, FreeGPUsPerNode: free}
+	var sum int64
+	for i, f := range free {
+		d.Nodes = append(d.Nodes, fmt.Sprintf("%s-node-%d", w.Name, i))
+		sum += int64(f)
+	}
+	w.Status.Topology = &v1alpha1.TopologyStatus{Levels: []string{"kubernetes.io/hostname"}, Domains: []v1alpha1.TopologyDomain{d}}
+	w.Status.FreeGPUs = sum
+	return w
+}
+
+// MaxGPUsPerNode sets status.maxGPUsPerNode (0: unknown).
+func (w *TargetWrapper) MaxGPUsPerNode(n int64) *TargetWrapper {
+	w.Status.MaxGPUsPerNode = n
+	return w
+}
+
+// Finalizers replaces the Dispatch's finalizers.
+func (w *DispatchWrapper) Finalizers(f ...string) *DispatchWrapper {
+	w.ObjectMeta.Finalizers = f
+	return w
+}
+
+// DeletionTimestamp marks the Dispatch deleted at t; it needs a finalizer
+// to be stored in a fake client.
+func (w *DispatchWrapper) DeletionTimestamp(t time.Time) *DispatchWrapper {
+	w.ObjectMeta.DeletionTimestamp = &metav1.Time{Time: t}
+	return w
+}
+
+// Phase sets status.phase.
+func (w *DispatchWrapper) Phase(p v1alpha1.DispatchPhase) *DispatchWrapper {
+	w.Status.Phase = p
+	return w
+}
+
+// Remote sets status.remote.
+func (w *DispatchWrapper) Remote(ref *v1alpha1.RemoteRef) *DispatchWrapper {
+	w.Status.Remote = ref
 	return w
 }

@@ -1,0 +1,189 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/google/go-cmp/cmp"
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+func admissionRequest(t *testing.T, op admissionv1.Operation, tj *trainer.TrainJob, dryRun bool) admission.Request {
+	t.Helper()
+	raw, err := json.Marshal(tj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "req-1", Operation: op, Namespace: ns, Name: tj.Name,
+		Object: runtime.RawExtension{Raw: raw}, DryRun: ptr.To(dryRun),
+	}}
+}
+
+// patched applies the response's JSON patch to the request's object.
+func patched(t *testing.T, req admission.Request, resp admission.Response) *trainer.TrainJob {
+	t.Helper()
+	ops, err := json.Marshal(resp.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatch.DecodePatch(ops)
+	if err != nil {
+		t.Fatalf("decode patch %s: %v", ops, err)
+	}
+	raw, err := patch.Apply(req.Object.Raw)
+	if err != nil {
+		t.Fatalf("apply patch %s: %v", ops, err)
+	}
+	var tj trainer.TrainJob
+	if err := json.Unmarshal(raw, &tj); err != nil {
+		t.Fatal(err)
+	}
+	return &tj
+}
+
+func TestPinWebhookPatchesCreate(t *testing.T) {
+	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	w := &PinWebhook{Reader: c, Writer: c}
+	tj := tyt.MakeTrainJob("train", ns).Queue("q").NumNodes(2).Obj()
+	req := admissionRequest(t, admissionv1.Create, tj, false)
+
+	resp := w.Handle(context.Background(), req)
+	if !resp.Allowed || resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
+		t.Fatalf("response allowed=%v patchType=%v result=%+v, want an allowed JSON patch", resp.Allowed, resp.PatchType, resp.Result)
+	}
+	got := patched(t, req, resp)
+
+	_, hash := mustEncode(t, tyt.TorchRuntimeSpec(1))
+	want := tj.DeepCopy()
+	want.Spec.RuntimeRef = trainer.RuntimeRef{
+		Name: pinnedName("torch-distributed", hash), APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.TrainingRuntimeKind),
+	}
+	want.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: hash}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("patched TrainJob (-want +got):\n%s", diff)
+	}
+	if n := len(pinnedCopies(t, c, ns)); n != 1 {
+		t.Errorf("got %d pinned copies, want 1", n)
+	}
+}
+
+func TestPinWebhookAllowsWithoutPinning(t *testing.T) {
+	runtimeRef := func(kind, name string) *trainer.TrainJob {
+		return tyt.MakeTrainJob("train", ns).Queue("q").RuntimeRef(kind, name).Obj()
+	}
+	cases := map[string]struct {
+		op     admissionv1.Operation
+		tj     *trainer.TrainJob
+		dryRun bool
+	}{
+		"a dry-run create":                   {op: admissionv1.Create, tj: runtimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed"), dryRun: true},
+		"a dry-run create of a missing ref":  {op: admissionv1.Create, tj: runtimeRef(trainer.ClusterTrainingRuntimeKind, "missing"), dryRun: true},
+		"an update":                          {op: admissionv1.Update, tj: runtimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed")},
+		"a delete":                           {op: admissionv1.Delete, tj: runtimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed")},
+		"a connect":                          {op: admissionv1.Connect, tj: runtimeRef(trainer.ClusterTrainingRuntimeKind, "missing")},
+		"an update of an unsupported kind":   {op: admissionv1.Update, tj: runtimeRef("Other", "x")},
+		"a create of an already pinned job":  {op: admissionv1.Create, tj: pinnedJob()},
+		"a dry-run create of an unsupported": {op: admissionv1.Create, tj: runtimeRef("Other", "x"), dryRun: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			w := &PinWebhook{Reader: c, Writer: c}
+			resp := w.Handle(context.Background(), admissionRequest(t, tc.op, tc.tj, tc.dryRun))
+			if !resp.Allowed || len(resp.Patches) != 0 {
+				t.Errorf("response allowed=%v patches=%v result=%+v, want allowed without patches", resp.Allowed, resp.Patches, resp.Result)
+			}
+			if n := len(pinnedCopies(t, c, ns)); n != 0 {
+				t.Errorf("got %d pinned copies, want none", n)
+			}
+		})
+	}
+}
+
+func pinnedJob() *trainer.TrainJob {
+	tj := tyt.MakeTrainJob("train", ns).Queue("q").RuntimeRef(trainer.TrainingRuntimeKind, "torch-distributed-0123456789ab").Obj()
+	tj.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: "sha256:0123"}
+	return tj
+}
+
+func TestPinWebhookRefuses(t *testing.T) {
+	cases := map[string]struct {
+		req      func(t *testing.T) admission.Request
+		wantCode int32
+		wantMsg  []string
+	}{
+		"a missing ClusterTrainingRuntime": {
+			req: func(t *testing.T) admission.Request {
+				return admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "no-such-runtime").Obj(), false)
+			},
+			wantCode: http.StatusForbidden,
+			wantMsg:  []string{"cannot pin", "ClusterTrainingRuntime", `"no-such-runtime"`},
+		},
+		"a TrainingRuntime missing from the job's namespace": {
+			req: func(t *testing.T) admission.Request {
+				return admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).RuntimeRef(trainer.TrainingRuntimeKind, "torch-distributed").Obj(), false)
+			},
+			wantCode: http.StatusForbidden,
+			wantMsg:  []string{"TrainingRuntime", `"torch-distributed"`},
+		},
+		"an unsupported kind": {
+			req: func(t *testing.T) admission.Request {
+				return admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).RuntimeRef("Other", "x").Obj(), false)
+			},
+			wantCode: http.StatusForbidden,
+			wantMsg:  []string{"unsupported runtime kind", `"Other"`},
+		},
+		"an object that is not JSON": {
+			req: func(*testing.T) admission.Request {
+				return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+					Operation: admissionv1.Create, Namespace: ns, Object: runtime.RawExtension{Raw: []byte("{not json")},
+				}}
+			},
+			wantCode: http.StatusBadRequest,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			w := &PinWebhook{Reader: c, Writer: c}
+			resp := w.Handle(context.Background(), tc.req(t))
+			if resp.Allowed || resp.Result == nil || resp.Result.Code != tc.wantCode {
+				t.Fatalf("response allowed=%v result=%+v, want refused with code %d", resp.Allowed, resp.Result, tc.wantCode)
+			}
+			for _, m := range tc.wantMsg {
+				if !strings.Contains(resp.Result.Message, m) {
+					t.Errorf("message %q does not contain %q", resp.Result.Message, m)
+				}
+			}
+			if n := len(pinnedCopies(t, c, ns)); n != 0 {
+				t.Errorf("got %d pinned copies, want none", n)
+			}
+		})
+	}
+}
+
+// TestPinWebhookNamespaceFromRequest: an object without a namespace is
+// pinned into the request's namespace.
+func TestPinWebhookNamespaceFromRequest(t *testing.T) {
+	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	w := &PinWebhook{Reader: c, Writer: c}
+	tj := tyt.MakeTrainJob("train", "").Obj()
+	resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tj, false))
+	if !resp.Allowed {
+		t.Fatalf("response refused: %+v", resp.Result)
+	}
+	if n := len(pinnedCopies(t, c, ns)); n != 1 {
+		t.Errorf("got %d pinned copies in %s, want 1", n, ns)
+	}
+}
