@@ -37,6 +37,7 @@ dev-up: tools slurm-root ## Start the local sandbox (hub + Kueue, 2 kwok spokes,
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and CRD manifests.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=trainyard-hub paths=./hub/... output:rbac:artifacts:config=config/rbac/hub
 
 $(CONTROLLER_GEN):
 	hack/build-tools.sh controller-gen

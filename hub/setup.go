@@ -21,6 +21,25 @@ type Options struct {
 	Clock       clock.Clock
 }
 
+// The hub's RBAC, generated into config/rbac/hub by `make generate`. The
+// dispatch suite runs the hub with exactly this role, so a missing verb fails
+// a test rather than a production install.
+//
+// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=admissionchecks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=admissionchecks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=clustertrainingruntimes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainingruntimes,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=trainyard.dev,resources=targets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=trainyard.dev,resources=targets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=trainyard.dev,resources=dispatches,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
+
 // Setup registers every hub controller with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {

@@ -8,15 +8,18 @@ package trainyard
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub"
@@ -79,8 +82,12 @@ func Start(ctx context.Context, fleet *kube.Fleet, o Options) (*Controllers, err
 	hubOpts.SkipNameValidation = true
 	hubOpts.QPS, hubOpts.Burst = o.HubQPS, o.HubBurst
 	hubOpts.Options = hub.Options{LostTargetTimeout: o.LostTargetTimeout}
+	hubCfg, err := hubIdentity(ctx, fleet.Hub)
+	if err != nil {
+		return nil, err
+	}
 	c.Hub = &Component{Name: "hub", build: func(context.Context) (ctrl.Manager, error) {
-		return hub.NewManager(fleet.Hub.Config, hubOpts)
+		return hub.NewManager(hubCfg, hubOpts)
 	}}
 	if err := c.Hub.Start(); err != nil {
 		return nil, err
@@ -127,6 +134,36 @@ func registerTarget(ctx context.Context, h *kube.Cluster, name string, o Options
 	user := "trainyard-agent:" + name
 	for _, obj := range targets.AgentRBAC(t, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}) {
 		if err := h.Client.Create(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	return h.AddUser(user)
+}
+
+// hubIdentity returns credentials for a hub user bound to nothing but the
+// generated ClusterRole in config/rbac/hub, so the tests prove the shipped
+// role is enough.
+func hubIdentity(ctx context.Context, h *kube.Cluster) (*rest.Config, error) {
+	root, err := kube.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "config", "rbac", "hub", "role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(raw, role); err != nil {
+		return nil, fmt.Errorf("config/rbac/hub/role.yaml: %w", err)
+	}
+	const user = "trainyard-hub"
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := h.Client.Create(ctx, obj); client.IgnoreAlreadyExists(err) != nil {
 			return nil, err
 		}
 	}

@@ -27,6 +27,7 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	for _, args := range [][]string{
 		{"object:headerFile=hack/boilerplate.go.txt", "paths=./api/...", "output:object:dir=" + filepath.Join(out, "object")},
 		{"crd", "paths=./api/...", "output:crd:dir=" + filepath.Join(out, "crd")},
+		{"rbac:roleName=trainyard-hub", "paths=./hub/...", "output:rbac:dir=" + filepath.Join(out, "rbac")},
 	} {
 		cmd := exec.Command(gen, args...)
 		cmd.Dir = root
@@ -59,4 +60,5 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	for _, f := range crds {
 		compare(f, filepath.Join(root, "config/crd/bases", filepath.Base(f)))
 	}
+	compare(filepath.Join(out, "rbac", "role.yaml"), filepath.Join(root, "config/rbac/hub/role.yaml"))
 }

@@ -1,0 +1,85 @@
+package targets
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// The shipped example of an agent's hub RBAC is AgentRBAC's output for a
+// target named spoke1 whose agent runs as the hub ServiceAccount
+// trainyard-agent in its namespace. Regenerate with
+// `go test ./hub/targets -run TestAgentRBACManifest -update`.
+const agentRBACFile = "../../config/rbac/agent/spoke1.yaml"
+
+func TestAgentRBACManifest(t *testing.T) {
+	target := tytesting.MakeKubernetesTarget("spoke1", "gpu").Obj()
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "trainyard-agent", Namespace: target.Spec.Agent.Namespace}
+	var out bytes.Buffer
+	out.WriteString("# Hub RBAC of the agent of Target spoke1 (generated from hub/targets.AgentRBAC; see rbac_test.go).\n")
+	for _, obj := range AgentRBAC(target, subject) {
+		obj.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{Group: rbacv1.GroupName, Version: "v1", Kind: kindOf(obj)})
+		b, err := yaml.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.WriteString("---\n")
+		out.Write(bytes.ReplaceAll(b, []byte("  creationTimestamp: null\n"), nil))
+	}
+	if *update {
+		if err := os.WriteFile(agentRBACFile, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(agentRBACFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want, out.Bytes()) {
+		t.Errorf("%s is stale: run go test ./hub/targets -run TestAgentRBACManifest -update", agentRBACFile)
+	}
+}
+
+// TestAgentRBACGrantsNothingClusterWide: the only cluster-scoped rule names
+// the agent's own Target; everything else is namespaced.
+func TestAgentRBACGrantsNothingClusterWide(t *testing.T) {
+	for _, obj := range AgentRBAC(tytesting.MakeKubernetesTarget("s", "gpu").Obj(), rbacv1.Subject{Kind: rbacv1.UserKind, Name: "a"}) {
+		cr, ok := obj.(*rbacv1.ClusterRole)
+		if !ok {
+			continue
+		}
+		for _, r := range cr.Rules {
+			if len(r.ResourceNames) != 1 || r.ResourceNames[0] != "s" {
+				t.Errorf("cluster-wide rule not limited to the target: %+v", r)
+			}
+			for _, v := range r.Verbs {
+				if v == "list" || v == "watch" || v == "create" || v == "delete" || v == "*" {
+					t.Errorf("cluster-wide rule grants %s: %+v", v, r)
+				}
+			}
+		}
+	}
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case *rbacv1.Role:
+		return "Role"
+	case *rbacv1.RoleBinding:
+		return "RoleBinding"
+	case *rbacv1.ClusterRole:
+		return "ClusterRole"
+	case *rbacv1.ClusterRoleBinding:
+		return "ClusterRoleBinding"
+	}
+	return ""
+}
