@@ -99,6 +99,21 @@ func (r *Reconciler) mirrorToTrainJob(ctx context.Context, s *state) error {
 	orig := tj.DeepCopy()
 	d := s.live
 	tj.Status.JobsStatus = jobsStatus(d.Status.Replicas)
+	// Trainer's own conditions are Complete and Failed; Created and Running
+	// tell a user of the hub where the remote work is before it ends.
+	where := fmt.Sprintf("on target %s (attempt %d)", d.Spec.TargetName, d.Spec.Attempt)
+	if d.Status.Remote != nil {
+		setConditionStatus(tj, ConditionCreated, metav1.ConditionTrue, v1alpha1.ReasonRemoteCreated,
+			fmt.Sprintf("%s %s created %s", d.Status.Remote.Kind, remoteName(d.Status.Remote), where))
+	}
+	running := d.Status.Phase == v1alpha1.DispatchRunning
+	if running || apimeta.FindStatusCondition(tj.Status.Conditions, ConditionRunning) != nil {
+		st, reason, msg := metav1.ConditionFalse, d.Status.Reason, fmt.Sprintf("%s %s", d.Status.Phase, where)
+		if running {
+			st, reason, msg = metav1.ConditionTrue, v1alpha1.ReasonRemoteRunning, "running "+where
+		}
+		setConditionStatus(tj, ConditionRunning, st, reason, msg)
+	}
 	switch d.Status.Phase {
 	case v1alpha1.DispatchSucceeded:
 		setCondition(tj, trainer.TrainJobComplete, d.Status.Reason,
@@ -118,12 +133,22 @@ func (r *Reconciler) mirrorToTrainJob(ctx context.Context, s *state) error {
 	return r.client.Status().Update(ctx, tj)
 }
 
+// TrainJob condition types trainyard adds beside Trainer's Complete/Failed.
+const (
+	ConditionCreated = "Created"
+	ConditionRunning = "Running"
+)
+
 func setCondition(tj *trainer.TrainJob, typ, reason, msg string) {
+	setConditionStatus(tj, typ, metav1.ConditionTrue, reason, msg)
+}
+
+func setConditionStatus(tj *trainer.TrainJob, typ string, st metav1.ConditionStatus, reason, msg string) {
 	if reason == "" {
 		reason = typ
 	}
 	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{
-		Type: typ, Status: metav1.ConditionTrue, Reason: reason, Message: truncate(msg, 32768), ObservedGeneration: tj.Generation,
+		Type: typ, Status: st, Reason: reason, Message: truncate(msg, 32768), ObservedGeneration: tj.Generation,
 	})
 }
 

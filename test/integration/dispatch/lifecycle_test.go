@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
+	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -86,6 +89,8 @@ func TestTrainJobRunsAsJobSetOnSpoke(t *testing.T) {
 		g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)).To(BeTrue())
 	}, util.Timeout, util.Interval).Should(Succeed())
 	g.Expect(tj.Status.JobsStatus).To(ContainElement(HaveField("Name", "node")))
+	g.Expect(apimeta.IsStatusConditionTrue(tj.Status.Conditions, dispatch.ConditionCreated)).To(BeTrue())
+	g.Expect(apimeta.IsStatusConditionTrue(tj.Status.Conditions, dispatch.ConditionRunning)).To(BeFalse())
 
 	ds := dispatchesOf(g, wl)
 	g.Expect(ds).To(HaveLen(1))
@@ -98,6 +103,38 @@ func TestTrainJobRunsAsJobSetOnSpoke(t *testing.T) {
 	var spokeJS jobset.JobSet
 	g.Expect(spokeNamed(remote.spoke).Client.Get(ctx, client.ObjectKeyFromObject(&remote.js), &spokeJS)).To(Succeed())
 	g.Expect(apimeta.IsStatusConditionTrue(spokeJS.Status.Conditions, string(jobset.JobSetCompleted))).To(BeTrue())
+}
+
+// TestFailingJobFailsTrainJobWithReason: pods that exit 3 on the spoke make
+// the hub TrainJob Failed with the remote's reason, the Dispatch carries the
+// exit code, and Kueue finishes the Workload.
+func TestFailingJobFailsTrainJobWithReason(t *testing.T) {
+	g := NewWithT(t)
+	ctx, c := context.Background(), env.fleet.Hub.Client
+	rt := tytesting.MakeClusterTrainingRuntime("torch-fails").Toleration(kube.KwokToleration).
+		PodAnnotation("kwok.trainyard.dev/run-for", "2s").PodAnnotation("kwok.trainyard.dev/exit-code", "3").Obj()
+	// No pod retries: the first failure fails the JobSet.
+	rt.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.BackoffLimit = ptr.To[int32](0)
+	g.Expect(c.Create(ctx, rt)).To(Succeed())
+	t.Cleanup(func() { _ = c.Delete(ctx, rt) })
+	tj := submit(t, trainJob("fails", "torch-fails", 1, 1))
+	wl := workloadOf(g, tj)
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
+		failed := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobFailed)
+		g.Expect(failed).NotTo(BeNil(), "conditions %v", tj.Status.Conditions)
+		g.Expect(failed.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(failed.Reason).To(Equal("FailedJobs"))
+		g.Expect(failed.Message).To(ContainSubstring("Failed on target"))
+	}, util.Timeout, util.Interval).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(wl), wl)).To(Succeed())
+		g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)).To(BeTrue())
+	}, util.Timeout, util.Interval).Should(Succeed())
+	ds := dispatchesOf(g, wl)
+	g.Expect(ds).To(HaveLen(1))
+	g.Expect(ds[0].Status.Phase).To(Equal(v1alpha1.DispatchFailed))
+	g.Expect(ds[0].Status.ExitCode).To(HaveValue(Equal(int32(3))))
 }
 
 // TestRuntimeEditsDoNotReachDispatchedJob: editing, then deleting, the
