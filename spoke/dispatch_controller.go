@@ -64,9 +64,13 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 		return ctrl.Result{}, nil
 	}
 	status := d.Status.DeepCopy()
-	r.observe(ctx, d, status)
+	submitErr := r.observe(ctx, d, status)
 	if err := r.writeStatus(ctx, d, status); err != nil {
 		return ctrl.Result{}, err
+	}
+	if submitErr != nil {
+		// The status says why; the error makes the controller retry with backoff.
+		return ctrl.Result{}, submitErr
 	}
 	if status.Phase.IsFinal() {
 		return ctrl.Result{}, nil
@@ -75,8 +79,8 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 }
 
 // observe fills status from the backend, submitting the remote work first
-// when none has been recorded.
-func (r *DispatchReconciler) observe(ctx context.Context, d *v1alpha1.Dispatch, status *v1alpha1.DispatchStatus) {
+// when none has been recorded. It returns a transient submit failure.
+func (r *DispatchReconciler) observe(ctx context.Context, d *v1alpha1.Dispatch, status *v1alpha1.DispatchStatus) error {
 	now := metav1.NewTime(r.Clock.Now())
 	hadRemote := status.Remote != nil
 	if !hadRemote {
@@ -84,11 +88,11 @@ func (r *DispatchReconciler) observe(ctx context.Context, d *v1alpha1.Dispatch, 
 		switch {
 		case errors.Is(err, backends.ErrRejected):
 			setPhase(status, v1alpha1.DispatchRejected, v1alpha1.ReasonRemoteRejected, err.Error(), now)
-			return
+			return nil
 		case err != nil:
 			// Transient: stay Pending, say why, and retry with backoff.
 			status.Message = "submit failed, retrying: " + err.Error()
-			return
+			return err
 		}
 		status.Remote = ref
 		setPhase(status, v1alpha1.DispatchSubmitted, v1alpha1.ReasonRemoteCreated, "remote work created", now)
@@ -98,9 +102,9 @@ func (r *DispatchReconciler) observe(ctx context.Context, d *v1alpha1.Dispatch, 
 	case errors.Is(err, backends.ErrNotFound) && hadRemote:
 		setPhase(status, v1alpha1.DispatchFailed, v1alpha1.ReasonRemoteMissing,
 			"the remote work disappeared without trainyard deleting it", now)
-		return
+		return nil
 	case err != nil:
-		return
+		return nil // observed again on the next event or resync
 	}
 	status.Replicas = st.Replicas
 	status.ExitCode = st.ExitCode
@@ -113,6 +117,7 @@ func (r *DispatchReconciler) observe(ctx context.Context, d *v1alpha1.Dispatch, 
 	if st.CompletionTime != nil && status.Phase.IsFinal() {
 		status.CompletionTime = st.CompletionTime
 	}
+	return nil
 }
 
 func reasonFor(st *backends.Status) string {

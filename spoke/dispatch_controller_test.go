@@ -269,10 +269,10 @@ func TestReconcileSubmit(t *testing.T) {
 			wantWrites: 1,
 		},
 		"a transient submit error is retried": {
-			dispatch:   fresh,
-			prepare:    func(b *fakeBackend, _ *v1alpha1.Dispatch) { b.submitErr = errors.New("connection refused") },
-			passes:     2,
-			wantResult: ctrl.Result{RequeueAfter: resync},
+			dispatch: fresh,
+			prepare:  func(b *fakeBackend, _ *v1alpha1.Dispatch) { b.submitErr = errors.New("connection refused") },
+			passes:   2,
+			wantErr:  true, // controller-runtime retries with backoff
 			want: ours(withStatus(dispatch(), func(s *v1alpha1.DispatchStatus) {
 				*s = v1alpha1.DispatchStatus{Message: "submit failed, retrying: connection refused", ObservedAttempt: 1}
 			})),
@@ -280,9 +280,9 @@ func TestReconcileSubmit(t *testing.T) {
 			wantWrites: 1,
 		},
 		"a transient error keeps an earlier phase": {
-			dispatch:   withStatus(dispatch(), func(s *v1alpha1.DispatchStatus) { s.Phase = v1alpha1.DispatchPending }),
-			prepare:    func(b *fakeBackend, _ *v1alpha1.Dispatch) { b.submitErr = errors.New("timeout") },
-			wantResult: ctrl.Result{RequeueAfter: resync},
+			dispatch: withStatus(dispatch(), func(s *v1alpha1.DispatchStatus) { s.Phase = v1alpha1.DispatchPending }),
+			prepare:  func(b *fakeBackend, _ *v1alpha1.Dispatch) { b.submitErr = errors.New("timeout") },
+			wantErr:  true,
 			want: ours(withStatus(dispatch(), func(s *v1alpha1.DispatchStatus) {
 				*s = v1alpha1.DispatchStatus{Phase: v1alpha1.DispatchPending, Message: "submit failed, retrying: timeout", ObservedAttempt: 1}
 			})),
