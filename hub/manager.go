@@ -85,7 +85,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	}
 	if o.WebhookPort > 0 {
 		mgr.GetWebhookServer().Register(snapshot.WebhookPath, &webhook.Admission{
-			Handler: &snapshot.PinWebhook{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient()},
+			Handler: &snapshot.PinWebhook{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Cache: mgr.GetClient()},
 		})
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

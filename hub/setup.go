@@ -51,7 +51,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := (&targets.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, LostTimeout: opts.LostTargetTimeout}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	d := dispatch.NewReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("trainyard-dispatcher"), opts.Clock,
+	d := dispatch.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorderFor("trainyard-dispatcher"), opts.Clock,
 		dispatch.Options{Concurrency: opts.Concurrency})
 	return d.SetupWithManager(mgr)
 }

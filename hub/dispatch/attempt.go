@@ -55,25 +55,24 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if busy, err := r.attemptUnderWay(ctx, wl); err != nil || busy {
+		// The cache lags a Dispatch just written: look again shortly.
+		return ctrl.Result{RequeueAfter: time.Second}, err
+	}
 	req := requestOf(wl)
-	decision, err := r.place(ctx, req)
+	// Choosing a target and recording the Dispatch happen under one lock,
+	// so concurrent workers never book the same GPUs (see ledger).
+	r.ledger.mu.Lock()
+	decision, d, err := r.placeAndCreate(ctx, s, tj, rt, req)
+	r.ledger.mu.Unlock()
 	if err != nil {
-		return r.noPlacement(ctx, s, err)
-	}
-	if err := r.ensureFinalizer(ctx, wl); err != nil {
+		var noPlace placementError
+		if errors.As(err, &noPlace) {
+			return r.noPlacement(ctx, s, noPlace.err)
+		}
 		return ctrl.Result{}, err
 	}
-	attempt, err := r.nextAttempt(ctx, s)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	d, err := r.newDispatch(ctx, wl, tj, rt, req, decision.Target, attempt)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := r.client.Create(ctx, d); err != nil && !apierrors.IsAlreadyExists(err) {
-		return ctrl.Result{}, err
-	}
+	attempt := d.Spec.Attempt
 	metrics.Dispatched(decision.Target, metrics.ResultDispatched)
 	msg := fmt.Sprintf("dispatched to target %s (attempt %d), waiting for its agent", decision.Target, attempt)
 	if err := r.setCheck(ctx, s, kueue.CheckStatePending, msg); err != nil {
@@ -82,6 +81,60 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	r.recorder.Eventf(wl, corev1.EventTypeNormal, EventDispatched, "Dispatched to target %s as %s/%s (attempt %d)",
 		decision.Target, d.Namespace, d.Name, attempt)
 	return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
+}
+
+// attemptUnderWay asks the API server, not the cache, whether a Dispatch of
+// wl that is not being deleted exists: a reconcile right after the one that
+// created it may not see it in the cache and would start a second attempt.
+func (r *Reconciler) attemptUnderWay(ctx context.Context, wl *kueue.Workload) (bool, error) {
+	if r.live == nil {
+		return false, nil
+	}
+	var list v1alpha1.DispatchList
+	if err := r.live.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)}); err != nil {
+		return false, err
+	}
+	for _, d := range list.Items {
+		if d.DeletionTimestamp.IsZero() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// placementError wraps a failure of placement itself, as opposed to an API
+// error on the way.
+type placementError struct{ err error }
+
+func (e placementError) Error() string { return e.err.Error() }
+
+// placeAndCreate chooses a target and writes the Dispatch; the caller holds
+// the ledger lock.
+func (r *Reconciler) placeAndCreate(ctx context.Context, s *state, tj *trainer.TrainJob,
+	rt *v1alpha1.RuntimeSnapshot, req placement.Request) (placement.Decision, *v1alpha1.Dispatch, error) {
+	decision, err := r.place(ctx, req)
+	if err != nil {
+		if errors.Is(err, placement.ErrNoTarget) || errors.Is(err, placement.ErrNoCapacity) || errors.Is(err, placement.ErrNeverFits) {
+			return decision, nil, placementError{err}
+		}
+		return decision, nil, err
+	}
+	if err := r.ensureFinalizer(ctx, s.wl); err != nil {
+		return decision, nil, err
+	}
+	attempt, err := r.nextAttempt(ctx, s)
+	if err != nil {
+		return decision, nil, err
+	}
+	d, err := r.newDispatch(ctx, s.wl, tj, rt, req, decision.Target, attempt)
+	if err != nil {
+		return decision, nil, err
+	}
+	if err := r.client.Create(ctx, d); err != nil && !apierrors.IsAlreadyExists(err) {
+		return decision, nil, err
+	}
+	r.ledger.add(d.Namespace+"/"+d.Name, decision.Target, req.GPUs(), r.clock.Now())
+	return decision, d, nil
 }
 
 // noPlacement turns a placement failure into the check state Kueue needs:
@@ -105,6 +158,7 @@ func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl
 }
 
 // place lists Targets and what is in flight to them, then asks placement.
+// The caller holds the ledger lock.
 func (r *Reconciler) place(ctx context.Context, req placement.Request) (placement.Decision, error) {
 	var targets v1alpha1.TargetList
 	if err := r.client.List(ctx, &targets); err != nil {
@@ -120,7 +174,11 @@ func (r *Reconciler) place(ctx context.Context, req placement.Request) (placemen
 			heartbeat[t.Name] = t.Status.LastHeartbeatTime.Time
 		}
 	}
-	inFlight := map[string]int64{}
+	seen := make(map[string]bool, len(dispatches.Items))
+	for _, d := range dispatches.Items {
+		seen[d.Namespace+"/"+d.Name] = true
+	}
+	inFlight := r.ledger.inFlight(seen, r.clock.Now())
 	for _, d := range dispatches.Items {
 		if inFlightOn(&d, heartbeat[d.Spec.TargetName]) {
 			n, _ := strconv.ParseInt(d.Annotations[v1alpha1.AnnotationGPUs], 10, 64)

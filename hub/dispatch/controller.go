@@ -42,15 +42,19 @@ type Options struct {
 // Reconciler is the hub dispatch controller. Workloads are its objects;
 // Dispatches and Targets only wake it.
 type Reconciler struct {
-	client   client.Client
+	client client.Client
+	// live reads the API server directly, for the one check a stale cache
+	// must not answer: whether an attempt is already under way.
+	live     client.Reader
 	recorder record.EventRecorder
 	clock    clock.Clock
 	opts     Options
 	latency  *latencyTracker
+	ledger   *ledger
 }
 
 // NewReconciler returns a Reconciler with defaults filled in.
-func NewReconciler(c client.Client, recorder record.EventRecorder, clk clock.Clock, opts Options) *Reconciler {
+func NewReconciler(c client.Client, live client.Reader, recorder record.EventRecorder, clk clock.Clock, opts Options) *Reconciler {
 	if opts.Concurrency == 0 {
 		opts.Concurrency = DefaultConcurrency
 	}
@@ -60,7 +64,7 @@ func NewReconciler(c client.Client, recorder record.EventRecorder, clk clock.Clo
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Reconciler{client: c, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker()}
+	return &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), ledger: newLedger()}
 }
 
 // state is what one pass learns before it acts.

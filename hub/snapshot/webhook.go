@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,7 +28,15 @@ const QueueLabel = "kueue.x-k8s.io/queue-name"
 type PinWebhook struct {
 	Reader client.Reader
 	Writer client.Writer
+	// Cache, when set, is an informer-backed reader the webhook waits on
+	// until the pinned copy is visible: Kueue's TrainJob webhook checks the
+	// runtime exists through its own informer cache, which is fed by the
+	// same API server watch, and refuses the job if the copy is not there yet.
+	Cache client.Reader
 }
+
+// visibleTimeout bounds the wait for a new pinned copy to reach the caches.
+const visibleTimeout = 5 * time.Second
 
 // Handle answers one admission request.
 func (w *PinWebhook) Handle(ctx context.Context, req admission.Request) admission.Response {
@@ -49,11 +60,35 @@ func (w *PinWebhook) Handle(ctx context.Context, req admission.Request) admissio
 		}
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	if w.Cache != nil {
+		if err := waitVisible(ctx, w.Cache, client.ObjectKey{Namespace: tj.Namespace, Name: tj.Spec.RuntimeRef.Name}); err != nil {
+			return admission.Errored(http.StatusServiceUnavailable, err)
+		}
+	}
 	raw, err := json.Marshal(&tj)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}
+
+func waitVisible(ctx context.Context, cache client.Reader, key client.ObjectKey) error {
+	ctx, cancel := context.WithTimeout(ctx, visibleTimeout)
+	defer cancel()
+	for {
+		err := cache.Get(ctx, key, &trainer.TrainingRuntime{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pinned runtime %s not visible after %s", key, visibleTimeout)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // WebhookConfiguration registers the pinning webhook at url with caBundle,

@@ -161,6 +161,38 @@ func expectOneCopyEach(t *testing.T, jobs []*trainer.TrainJob) {
 	g.Consistently(check, 3*time.Second, 500*time.Millisecond).Should(Succeed())
 }
 
+// TestBurstDoesNotOverbook: jobs admitted at once are placed by concurrent
+// workers reading a cache; together they must not book more GPUs than a
+// target has. 8 jobs of 4 GPUs fill two 16-GPU spokes exactly, 4 each; an
+// over-booked spoke would leave a job's pod Pending and never Running.
+func TestBurstDoesNotOverbook(t *testing.T) {
+	g := NewWithT(t)
+	makeRuntime(t, "torch-burst", "10m")
+	// Start from empty spokes as their heartbeats see them, or a job meets
+	// an earlier test's GPUs, is retried, and waits out Kueue's backoff.
+	g.Eventually(func(g Gomega) {
+		var list v1alpha1.TargetList
+		g.Expect(env.fleet.Hub.Client.List(context.Background(), &list)).To(Succeed())
+		for _, tg := range list.Items {
+			g.Expect(tg.Status.FreeGPUs).To(Equal(int64(nodesPerSpoke*gpusPerNode)), "target %s", tg.Name)
+		}
+	}, util.Timeout, util.Interval).Should(Succeed())
+	var jobs []*trainer.TrainJob
+	for i := 0; i < 2*nodesPerSpoke; i++ {
+		jobs = append(jobs, submit(t, trainJob(fmt.Sprintf("burst-%d", i), "torch-burst", 1, gpusPerNode)))
+	}
+	for _, tj := range jobs {
+		waitRunning(t, tj)
+	}
+	perTarget := map[string]int{}
+	for _, tj := range jobs {
+		for _, d := range dispatchesOf(g, workloadOf(g, tj)) {
+			perTarget[d.Spec.TargetName]++
+		}
+	}
+	g.Expect(perTarget).To(Equal(map[string]int{"spoke1": nodesPerSpoke, "spoke2": nodesPerSpoke}))
+}
+
 // TestAgentCredentialsAreNamespaceScoped: an agent's hub credentials reach
 // its own Dispatches and Target and nothing else.
 func TestAgentCredentialsAreNamespaceScoped(t *testing.T) {
