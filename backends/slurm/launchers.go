@@ -1,0 +1,95 @@
+package slurm
+
+import "github.com/trainyard-dev/trainyard/api/v1alpha1"
+
+// The batch scripts are fixed text owned by trainyard. No part of a Dispatch
+// (command, args, env, names) is ever spliced into them: the tenant's argv
+// reaches the job only as data, in TRAINYARD_ARGV (base64 of the arguments,
+// each terminated by a NUL byte), and its env only as entries of the job's
+// environment array. So whatever a tenant writes, the script slurmrestd
+// receives is byte-identical to the one for any other job with the same
+// launcher, and cannot carry #SBATCH directives, srun options or shell code.
+//
+// The scripts only use double quotes inside the decoding prelude so it can be
+// embedded in the single-quoted `bash -c` of the torchrun launcher.
+
+// Names of the environment variables trainyard sets for the scripts. Tenants
+// may not set any TRAINYARD_* variable.
+const (
+	EnvArgv          = "TRAINYARD_ARGV"
+	EnvNprocPerNode  = "TRAINYARD_NPROC_PER_NODE"
+	EnvMPIStarter    = "TRAINYARD_MPI_STARTER"
+	EnvHostfile      = "TRAINYARD_HOSTFILE"
+	TorchMasterPort  = 29500
+	MPIStarterSrun   = "srun"
+	MPIStarterMpirun = "mpirun"
+)
+
+const scriptHeader = "#!/bin/bash\nset -euo pipefail\n"
+
+// argvPrelude decodes TRAINYARD_ARGV into the bash array argv. mapfile reads
+// NUL-terminated records, so any byte but NUL (newlines, quotes, globs, `$(`)
+// survives as data; the array is only ever expanded as "${argv[@]}". `wait`
+// picks up base64's exit status from the process substitution, so corrupt
+// input fails the job instead of running a truncated command. A leading dash
+// is refused so the command can never be read as an option of srun, flux or
+// exec.
+const argvPrelude = `mapfile -d "" -t argv < <(printf "%s" "${TRAINYARD_ARGV:?}" | base64 -d); wait "$!"
+if (( ${#argv[@]} == 0 )) || [[ -z "${argv[0]}" || "${argv[0]}" == -* ]]; then echo "trainyard: invalid TRAINYARD_ARGV" >&2; exit 2; fi
+`
+
+// ArgvPrelude is the bash snippet every launcher script starts with (after
+// the header) to decode the tenant's argv into the array argv.
+func ArgvPrelude() string { return argvPrelude }
+
+// torchrunScript runs one task per node; each task gets Trainer's PET_*
+// variables (which torchrun reads as its options) and execs the tenant argv
+// unchanged, as Trainer does on Kubernetes: the command is expected to be
+// torchrun (or a python program that reads the PET_* variables itself) and
+// trainyard never prepends anything to it.
+const torchrunScript = scriptHeader + `export PET_NNODES="${SLURM_JOB_NUM_NODES:?}"
+mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:?}"); wait "$!"
+export PET_MASTER_ADDR="${hosts[0]:?}"
+export PET_MASTER_PORT=29500
+export PET_NPROC_PER_NODE="${TRAINYARD_NPROC_PER_NODE:-1}"
+exec srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 -- /bin/bash -c 'set -euo pipefail
+export PET_NODE_RANK="${SLURM_NODEID:?}"
+` + argvPrelude + `exec -- "${argv[@]}"
+'
+`
+
+// mpiScript starts the ranks with srun's PMIx plugin by default. It also
+// writes a hostfile of the allocation for programs started by mpirun: with
+// TRAINYARD_MPI_STARTER=mpirun (set by trainyard when the command itself is
+// mpirun or mpiexec) the tenant's mpirun is run once, on the batch host, and
+// finds the hosts through TRAINYARD_HOSTFILE / OMPI_MCA_orte_default_hostfile.
+const mpiScript = scriptHeader + argvPrelude + `hostfile="${TMPDIR:-/tmp}/trainyard-hostfile.${SLURM_JOB_ID:?}"
+slots="${SLURM_NTASKS_PER_NODE:-1}"
+scontrol show hostnames "${SLURM_JOB_NODELIST:?}" | while IFS= read -r host; do printf "%s slots=%s\n" "$host" "$slots"; done > "$hostfile"
+export TRAINYARD_HOSTFILE="$hostfile"
+export OMPI_MCA_orte_default_hostfile="$hostfile"
+case "${TRAINYARD_MPI_STARTER:-srun}" in
+srun) exec srun --mpi=pmix -- "${argv[@]}" ;;
+mpirun) exec -- "${argv[@]}" ;;
+*) echo "trainyard: unknown TRAINYARD_MPI_STARTER" >&2; exit 2 ;;
+esac
+`
+
+// fluxScript starts one Flux broker per node and runs the tenant argv as a
+// Flux job across all of them. Flux is not packaged on Debian, so this
+// launcher needs a site that installs flux-core on its compute nodes.
+const fluxScript = scriptHeader + argvPrelude + `exec srun --nodes="${SLURM_JOB_NUM_NODES:?}" --ntasks-per-node=1 -- flux start flux run -N "$SLURM_JOB_NUM_NODES" "${argv[@]}"
+`
+
+// Script is the fixed batch script of a launcher ("" for an unknown one).
+func Script(l v1alpha1.Launcher) string {
+	switch l {
+	case v1alpha1.LauncherTorchrun:
+		return torchrunScript
+	case v1alpha1.LauncherMPI:
+		return mpiScript
+	case v1alpha1.LauncherFlux:
+		return fluxScript
+	}
+	return ""
+}

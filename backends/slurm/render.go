@@ -1,0 +1,412 @@
+// Package slurm renders trainyard Dispatches into Slurm batch jobs submitted
+// through slurmrestd.
+package slurm
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"github.com/kubeflow/trainer/v2/pkg/constants"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
+)
+
+// GPUResource is the resource name counted as GPUs per node.
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// maxArgvBytes bounds TRAINYARD_ARGV: Linux refuses a single environment
+// string longer than 128 KiB (MAX_ARG_STRLEN).
+const maxArgvBytes = 96 << 10
+
+// Job is a Slurm batch job, independent of the slurmrestd API version; the
+// submit code maps it onto V0041/V0042JobDescMsg.
+type Job struct {
+	Name             string
+	Comment          string
+	Partition        string
+	Account          string
+	QOS              string
+	User             string
+	Nodes            int32
+	TasksPerNode     int32
+	GPUsPerNode      int64
+	TimeLimitMinutes int64 // 0: the partition's default
+	Env              []string
+	WorkDir          string // "": left to the submitter (site-specific)
+	StdoutPath       string
+	StderrPath       string
+	Script           string
+	Launcher         v1alpha1.Launcher
+}
+
+// Comment is the job comment that identifies the Dispatch attempt, so an
+// idempotent submit can find a job it already made.
+func Comment(d *v1alpha1.Dispatch) string {
+	return fmt.Sprintf("trainyard:%s/%s/attempt=%d/uid=%s", d.Namespace, d.Name, d.Spec.Attempt, d.Spec.Workload.UID)
+}
+
+// Render builds the Slurm job of d on target t. Errors that retrying cannot
+// fix wrap backends.ErrRejected.
+func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
+	if t == nil || t.Spec.Slurm == nil {
+		return nil, rejected(d, errors.New("target has no slurm configuration"))
+	}
+	st := t.Spec.Slurm
+	if rt := st.ContainerRuntime; rt != "" && rt != v1alpha1.ContainerRuntimeNone {
+		return nil, rejected(d, fmt.Errorf("container runtime %s is not supported yet", rt))
+	}
+	acct, err := account(st, d.Spec.Workload.Namespace)
+	if err != nil {
+		return nil, rejected(d, err)
+	}
+	partition, err := partitionFor(st, d.Spec.PodSets)
+	if err != nil {
+		return nil, rejected(d, err)
+	}
+	tjSpec := &trainer.TrainJobSpec{}
+	if err := decodeObject(d.Spec.TrainJob.Spec.Raw, tjSpec); err != nil {
+		return nil, rejected(d, fmt.Errorf("decode trainJob spec: %w", err))
+	}
+	rtSpec := &trainer.TrainingRuntimeSpec{}
+	if err := decodeObject(d.Spec.Runtime.Spec.Raw, rtSpec); err != nil {
+		return nil, rejected(d, fmt.Errorf("decode runtime %q: %w", d.Spec.Runtime.Name, err))
+	}
+	tr := tjSpec.Trainer
+	if tr == nil {
+		tr = &trainer.Trainer{}
+	}
+	trainerCtr := trainerContainer(rtSpec)
+	nodeCtr := nodeContainer(rtSpec)
+	if trainerCtr == nil {
+		trainerCtr = nodeCtr
+	}
+	if nodeCtr == nil {
+		nodeCtr = trainerCtr
+	}
+	if trainerCtr == nil {
+		return nil, rejected(d, fmt.Errorf("runtime %q has no node container", d.Spec.Runtime.Name))
+	}
+
+	launcher := launcherFor(rtSpec.MLPolicy, st.DefaultLauncher)
+	script := Script(launcher)
+	if script == "" {
+		return nil, rejected(d, fmt.Errorf("unknown launcher %q", launcher))
+	}
+
+	nodes := int32(1)
+	if tr.NumNodes != nil {
+		nodes = *tr.NumNodes
+	} else if rtSpec.MLPolicy != nil && rtSpec.MLPolicy.NumNodes != nil {
+		nodes = *rtSpec.MLPolicy.NumNodes
+	}
+	if nodes < 1 {
+		return nil, rejected(d, fmt.Errorf("numNodes must be at least 1, got %d", nodes))
+	}
+
+	var gpus int64
+	if tr.ResourcesPerNode != nil {
+		gpus = gpuCount(*tr.ResourcesPerNode)
+	} else if nodeCtr != nil {
+		gpus = gpuCount(nodeCtr.Resources)
+	}
+
+	argv := append([]string{}, trainerCtr.Command...)
+	if len(tr.Command) > 0 {
+		argv = append([]string{}, tr.Command...)
+	}
+	if len(tr.Args) > 0 {
+		argv = append(argv, tr.Args...)
+	} else {
+		argv = append(argv, trainerCtr.Args...)
+	}
+	encArgv, err := EncodeArgv(argv)
+	if err != nil {
+		return nil, rejected(d, err)
+	}
+
+	tenantEnv, err := mergeEnv(trainerCtr.Env, tr.Env)
+	if err != nil {
+		return nil, rejected(d, err)
+	}
+
+	tasks := int32(1)
+	nproc := int64(1)
+	if gpus > 0 {
+		nproc = gpus
+	}
+	env := []string{EnvArgv + "=" + encArgv}
+	switch launcher {
+	case v1alpha1.LauncherTorchrun:
+		env = append(env, EnvNprocPerNode+"="+strconv.FormatInt(nproc, 10))
+	case v1alpha1.LauncherMPI:
+		tasks = int32(nproc)
+		if mpi := rtSpec.MLPolicy; mpi != nil && mpi.MPI != nil && mpi.MPI.NumProcPerNode != nil && *mpi.MPI.NumProcPerNode > 0 {
+			tasks = *mpi.MPI.NumProcPerNode
+		}
+		starter := MPIStarterSrun
+		if b := path.Base(argv[0]); b == "mpirun" || b == "mpiexec" {
+			starter = MPIStarterMpirun
+		}
+		env = append(env, EnvMPIStarter+"="+starter)
+	}
+	env = append(env, tenantEnv...)
+
+	var minutes int64
+	if s := tjSpec.ActiveDeadlineSeconds; s > 0 {
+		minutes = (s + 59) / 60
+	}
+
+	return &Job{
+		Name:             backends.RemoteName(d),
+		Comment:          Comment(d),
+		Partition:        partition,
+		Account:          acct.Account,
+		QOS:              acct.QOS,
+		User:             acct.User,
+		Nodes:            nodes,
+		TasksPerNode:     tasks,
+		GPUsPerNode:      gpus,
+		TimeLimitMinutes: minutes,
+		Env:              env,
+		StdoutPath:       "%x.%j.out",
+		StderrPath:       "%x.%j.err",
+		Script:           script,
+		Launcher:         launcher,
+	}, nil
+}
+
+func rejected(d *v1alpha1.Dispatch, err error) error {
+	return fmt.Errorf("%w: dispatch %s/%s: %w", backends.ErrRejected, d.Namespace, d.Name, err)
+}
+
+func decodeObject(raw []byte, into any) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	return json.Unmarshal(raw, into)
+}
+
+// account is the administrator-set identity of a hub namespace. The tenant
+// has no say in it.
+func account(st *v1alpha1.SlurmTarget, ns string) (*v1alpha1.SlurmAccount, error) {
+	for i := range st.Accounts {
+		if st.Accounts[i].Namespace == ns {
+			return &st.Accounts[i], nil
+		}
+	}
+	return nil, fmt.Errorf("namespace %s may not use this cluster", ns)
+}
+
+// partitionFor maps the flavors Kueue assigned to the first pod set onto one
+// partition. With no flavor assigned, a target with a single partition uses it.
+func partitionFor(st *v1alpha1.SlurmTarget, podSets []v1alpha1.PodSetPlacement) (string, error) {
+	var flavors []string
+	if len(podSets) > 0 {
+		for _, f := range podSets[0].Flavors {
+			flavors = append(flavors, f)
+		}
+	}
+	sort.Strings(flavors)
+	if len(flavors) == 0 {
+		if len(st.Partitions) == 1 {
+			return st.Partitions[0].Partition, nil
+		}
+		return "", errors.New("no flavor assigned and the target has more than one partition")
+	}
+	partition := ""
+	for _, f := range flavors {
+		p := ""
+		for _, sp := range st.Partitions {
+			if sp.Flavor == f {
+				p = sp.Partition
+				break
+			}
+		}
+		if p == "" {
+			return "", fmt.Errorf("flavor %q has no partition on this target", f)
+		}
+		if partition != "" && p != partition {
+			return "", fmt.Errorf("flavors %v map to different partitions (%s, %s)", flavors, partition, p)
+		}
+		partition = p
+	}
+	return partition, nil
+}
+
+func launcherFor(ml *trainer.MLPolicy, def v1alpha1.Launcher) v1alpha1.Launcher {
+	if ml != nil {
+		switch {
+		case ml.Torch != nil:
+			return v1alpha1.LauncherTorchrun
+		case ml.MPI != nil:
+			return v1alpha1.LauncherMPI
+		case ml.Flux != nil:
+			return v1alpha1.LauncherFlux
+		}
+	}
+	if def == "" {
+		return v1alpha1.LauncherTorchrun
+	}
+	return def
+}
+
+// trainerContainer is the container Trainer applies the trainer overrides to:
+// in the replicated job labelled as the trainer ancestor (the MPI launcher
+// or the torch node), the container named node or launcher.
+func trainerContainer(spec *trainer.TrainingRuntimeSpec) *corev1.Container {
+	for i := range spec.Template.Spec.ReplicatedJobs {
+		rj := &spec.Template.Spec.ReplicatedJobs[i]
+		if rj.Template.Labels[constants.LabelTrainJobAncestor] == constants.AncestorTrainer {
+			return pickContainer(rj.Template.Spec.Template.Spec.Containers)
+		}
+	}
+	return nil
+}
+
+// nodeContainer is the container of the "node" replicated job, whose
+// resources say what each Slurm node needs.
+func nodeContainer(spec *trainer.TrainingRuntimeSpec) *corev1.Container {
+	for i := range spec.Template.Spec.ReplicatedJobs {
+		rj := &spec.Template.Spec.ReplicatedJobs[i]
+		if rj.Name == constants.Node {
+			return pickContainer(rj.Template.Spec.Template.Spec.Containers)
+		}
+	}
+	return nil
+}
+
+func pickContainer(cs []corev1.Container) *corev1.Container {
+	for i := range cs {
+		if cs[i].Name == constants.Node || cs[i].Name == constants.Launcher {
+			return &cs[i]
+		}
+	}
+	if len(cs) > 0 {
+		return &cs[0]
+	}
+	return nil
+}
+
+func gpuCount(r corev1.ResourceRequirements) int64 {
+	if q, ok := r.Limits[GPUResource]; ok {
+		return q.Value()
+	}
+	if q, ok := r.Requests[GPUResource]; ok {
+		return q.Value()
+	}
+	return 0
+}
+
+// EncodeArgv is the TRAINYARD_ARGV value for argv: base64 of every argument
+// followed by a NUL byte. A command that is empty, starts with a dash (it
+// would be read as an option of srun, flux or exec) or contains a NUL byte
+// (which no argv can hold) is refused.
+func EncodeArgv(argv []string) (string, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return "", errors.New("no command: set the trainer command or the runtime's node container command")
+	}
+	if strings.HasPrefix(argv[0], "-") {
+		return "", fmt.Errorf("command %q may not start with a dash", argv[0])
+	}
+	var b bytes.Buffer
+	for i, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return "", fmt.Errorf("argument %d contains a NUL byte", i)
+		}
+		b.WriteString(a)
+		b.WriteByte(0)
+	}
+	enc := base64.StdEncoding.EncodeToString(b.Bytes())
+	if len(enc) > maxArgvBytes {
+		return "", fmt.Errorf("command and args are too long (%d bytes encoded, at most %d)", len(enc), maxArgvBytes)
+	}
+	return enc, nil
+}
+
+// DecodeArgv reverses EncodeArgv.
+func DecodeArgv(enc string) ([]string, error) {
+	raw, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) == 0 || raw[len(raw)-1] != 0 {
+		return nil, errors.New("argv is not NUL-terminated")
+	}
+	return strings.Split(string(raw[:len(raw)-1]), "\x00"), nil
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Names a tenant may not set: they steer the shell before the fixed script
+// runs (BASH_ENV, SHELLOPTS, IFS...), the dynamic loader, or srun, Slurm,
+// PMIx, Open MPI and trainyard itself (srun reads SLURM_* and SRUN_* as its
+// options, which would let a job pick another account or partition for its
+// steps).
+var (
+	deniedEnvNames = map[string]bool{
+		"BASH_ENV": true, "ENV": true, "LD_PRELOAD": true, "LD_LIBRARY_PATH": true, "LD_AUDIT": true,
+		"IFS": true, "PS4": true, "SHELLOPTS": true, "BASHOPTS": true, "GLOBIGNORE": true,
+		constants.TorchEnvNumNodes: true, constants.TorchEnvNumProcPerNode: true, constants.TorchEnvNodeRank: true,
+		constants.TorchEnvMasterAddr: true, constants.TorchEnvMasterPort: true,
+	}
+	deniedEnvPrefixes = []string{"SLURM_", "SRUN_", "SBATCH_", "SALLOC_", "TRAINYARD_", "PMIX_", "OMPI_MCA_"}
+)
+
+// ValidEnvName reports why a tenant may not set the variable name, or nil.
+func ValidEnvName(name string) error {
+	if !envNameRE.MatchString(name) {
+		return fmt.Errorf("env name %q is not a valid variable name", name)
+	}
+	if deniedEnvNames[name] {
+		return fmt.Errorf("env %s is reserved and may not be set", name)
+	}
+	for _, p := range deniedEnvPrefixes {
+		if strings.HasPrefix(name, p) {
+			return fmt.Errorf("env %s is reserved (%s* is set by trainyard or Slurm only)", name, p)
+		}
+	}
+	return nil
+}
+
+// mergeEnv is the runtime container's env with the trainer's env applied on
+// top (a trainer entry replaces a runtime entry of the same name), as
+// "K=V" strings. Values are data and may hold anything but a NUL byte;
+// values from secrets, config maps or fields do not exist on Slurm.
+func mergeEnv(runtimeEnv, trainerEnv []corev1.EnvVar) ([]string, error) {
+	var names []string
+	values := map[string]string{}
+	for _, list := range [][]corev1.EnvVar{runtimeEnv, trainerEnv} {
+		for _, e := range list {
+			if err := ValidEnvName(e.Name); err != nil {
+				return nil, err
+			}
+			if e.ValueFrom != nil {
+				return nil, fmt.Errorf("env %s uses valueFrom, which Slurm targets do not support", e.Name)
+			}
+			if strings.IndexByte(e.Value, 0) >= 0 {
+				return nil, fmt.Errorf("env %s contains a NUL byte", e.Name)
+			}
+			if _, seen := values[e.Name]; !seen {
+				names = append(names, e.Name)
+			}
+			values[e.Name] = e.Value
+		}
+	}
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, n+"="+values[n])
+	}
+	return out, nil
+}
