@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 
@@ -208,12 +207,4 @@ func podsLargestFirst(req Request) []int64 {
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i] > pods[j] })
 	return pods
-}
-
-// HeartbeatAge is how old t's last heartbeat is at now.
-func HeartbeatAge(t *v1alpha1.Target, now time.Time) (time.Duration, bool) {
-	if t.Status.LastHeartbeatTime == nil {
-		return 0, false
-	}
-	return now.Sub(t.Status.LastHeartbeatTime.Time), true
 }

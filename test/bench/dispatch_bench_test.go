@@ -9,6 +9,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"sync"
@@ -45,7 +46,7 @@ const (
 )
 
 func BenchmarkDispatchThroughput(b *testing.B) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(devNull(b))))
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	n := 200
 	if v, err := strconv.Atoi(os.Getenv("TRAINYARD_BENCH_JOBS")); err == nil && v > 0 {
 		n = v
@@ -246,12 +247,4 @@ func waitTargetsReady(b *testing.B, fleet *kube.Fleet) {
 		}
 		return ready, nil
 	}, len(fleet.Spokes))
-}
-
-func devNull(b *testing.B) *os.File {
-	f, err := os.Open(os.DevNull)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return f
 }

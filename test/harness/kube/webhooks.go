@@ -54,13 +54,7 @@ func loadWebhooks(path, component string, keep func(name string) bool) (*webhook
 				return nil, err
 			}
 			c.Name = component + "-mutating"
-			var kept []admissionv1.MutatingWebhook
-			for _, w := range c.Webhooks {
-				if keep(w.Name) {
-					kept = append(kept, w)
-				}
-			}
-			c.Webhooks = kept
+			c.Webhooks = filterWebhooks(c.Webhooks, func(w admissionv1.MutatingWebhook) bool { return keep(w.Name) })
 			set.mutating = append(set.mutating, c)
 		case "ValidatingWebhookConfiguration":
 			c := &admissionv1.ValidatingWebhookConfiguration{}
@@ -68,17 +62,23 @@ func loadWebhooks(path, component string, keep func(name string) bool) (*webhook
 				return nil, err
 			}
 			c.Name = component + "-validating"
-			var kept []admissionv1.ValidatingWebhook
-			for _, w := range c.Webhooks {
-				if keep(w.Name) {
-					kept = append(kept, w)
-				}
-			}
-			c.Webhooks = kept
+			c.Webhooks = filterWebhooks(c.Webhooks, func(w admissionv1.ValidatingWebhook) bool { return keep(w.Name) })
 			set.validating = append(set.validating, c)
 		}
 	}
 	return set, nil
+}
+
+// filterWebhooks keeps the webhooks keep accepts; the mutating and
+// validating kinds are different types with the same Name field.
+func filterWebhooks[W any](ws []W, keep func(W) bool) []W {
+	var kept []W
+	for _, w := range ws {
+		if keep(w) {
+			kept = append(kept, w)
+		}
+	}
+	return kept
 }
 
 // jobSetWebhooks are JobSet's webhooks as its kustomize overlay ships them:

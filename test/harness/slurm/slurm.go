@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
 )
 
 // DefaultURL is where start.sh binds slurmrestd; the chroot shares the host network.
@@ -54,25 +56,6 @@ type Cluster struct {
 	err    error
 }
 
-// RepoRoot finds the repository root by walking up from the working directory to go.mod,
-// so tests work from any package directory.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("slurm harness: go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // FindRoot returns the chroot to use: explicit, $TRAINYARD_SLURM_ROOT or <repo>/bin/slurm-root.
 func FindRoot(explicit string) (string, error) {
 	root := explicit
@@ -80,7 +63,7 @@ func FindRoot(explicit string) (string, error) {
 		root = os.Getenv("TRAINYARD_SLURM_ROOT")
 	}
 	if root == "" {
-		repo, err := RepoRoot()
+		repo, err := kube.RepoRoot()
 		if err != nil {
 			return "", err
 		}
@@ -107,7 +90,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	repo, err := RepoRoot()
+	repo, err := kube.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
