@@ -4,6 +4,7 @@
 package placement
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,6 +21,15 @@ type PodSet struct {
 	Name       string
 	Count      int32
 	GPUsPerPod int64
+	// Required is a topology level (a key of the target's
+	// TopologyStatus.Levels, such as "cloud.provider.com/topology-rack"):
+	// all pods must land in one domain of it. A target without the level
+	// cannot run the pod set. Required wins over Preferred.
+	Required string
+	// Preferred is a topology level whose single domain should hold all
+	// pods; when none does, the next wider level is tried, then the whole
+	// target. A target without the level places the pods anywhere.
+	Preferred string
 }
 
 // Request is what one Workload needs.
@@ -43,8 +53,21 @@ func (r Request) GPUs() int64 {
 // heartbeat may not yet count, so two decisions between heartbeats never
 // book the same GPUs.
 type Candidate struct {
-	Target       *v1alpha1.Target
+	Target *v1alpha1.Target
+	// InFlightGPUs is the total in flight. Where it is not known (the part
+	// InFlight does not attribute to a node of the target), it is taken
+	// off the nodes with the most free GPUs first, the pessimistic guess.
 	InFlightGPUs int64
+	// InFlight says on which nodes in-flight GPUs are, as earlier decisions
+	// assigned them (Decision.Reservations); they come off exactly those
+	// nodes. When they add up to more than InFlightGPUs, their sum is the total.
+	InFlight []Reservation
+}
+
+// Reservation is GPUs booked on one node of a target.
+type Reservation struct {
+	Node string
+	GPUs int64
 }
 
 // Decision is the chosen target.
@@ -52,6 +75,9 @@ type Decision struct {
 	Target string
 	// FreeAfter is the target's free GPUs once this job runs.
 	FreeAfter int64
+	// PodSets says where each pod set of the request goes, in request
+	// order; nil when the target publishes no free GPUs per node.
+	PodSets []PodSetAssignment
 }
 
 var (
@@ -61,16 +87,20 @@ var (
 	// ErrNoCapacity: targets serve the flavor but none fits the job now.
 	ErrNoCapacity = errors.New("no target has room")
 	// ErrNeverFits: the job's pods are larger than any node of every target
-	// serving the flavor; it can never run.
+	// serving the flavor, or a pod set is larger than any domain of its
+	// required level; it can never run.
 	ErrNeverFits = errors.New("job can never fit")
 )
 
 // Choose picks, among the available targets serving req.Flavor, the one the
 // job fits on with the fewest GPUs left over (best fit keeps large free
-// blocks for large jobs). Ties go to the target named first.
+// blocks for large jobs). Ties go to the target named first. Within the
+// target each pod set with a topology level goes to the domain of that
+// level that it leaves with the fewest free GPUs.
 func Choose(req Request, candidates []Candidate) (Decision, error) {
-	var serving, reasons []string
-	var best *Decision
+	var serving []*v1alpha1.Target
+	var reasons []string
+	var open []ranked
 	// largestNode is only trusted when every serving target has published
 	// its node size: a target that has not reported yet might be larger.
 	largestNode, sizeUnknown := int64(0), false
@@ -79,37 +109,66 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 		if !servesFlavors(t, req.Flavors) {
 			continue
 		}
-		serving = append(serving, t.Name)
+		serving = append(serving, t)
 		largestNode = max(largestNode, maxNodeGPUs(t))
 		sizeUnknown = sizeUnknown || maxNodeGPUs(t) == 0
 		if why := unavailable(t); why != "" {
 			reasons = append(reasons, fmt.Sprintf("%s: %s", t.Name, why))
 			continue
 		}
-		free := t.Status.FreeGPUs - c.InFlightGPUs
-		if !fits(req, t, c.InFlightGPUs) {
-			reasons = append(reasons, fmt.Sprintf("%s: %d GPUs free, job needs %d", t.Name, max(free, 0), req.GPUs()))
-			continue
+		open = append(open, ranked{c, t.Status.FreeGPUs - totalInFlight(c) - req.GPUs()})
+	}
+	// Trying the targets from the fewest GPUs left, the first that holds
+	// the job is the best fit, and most are never looked at node by node.
+	slices.SortFunc(open, byFreeAfter)
+	for _, r := range open {
+		f, why := fitTarget(req, r.Candidate)
+		if why == "" {
+			defer f.release()
+			return f.decision(req), nil
 		}
-		d := Decision{Target: t.Name, FreeAfter: free - req.GPUs()}
-		if best == nil || d.FreeAfter < best.FreeAfter || (d.FreeAfter == best.FreeAfter && d.Target < best.Target) {
-			best = &d
-		}
+		reasons = append(reasons, fmt.Sprintf("%s: %s", r.Target.Name, why))
 	}
 	// The cache lists targets in no fixed order; messages must not depend on it.
-	sort.Strings(serving)
-	switch {
-	case best != nil:
-		return *best, nil
-	case len(serving) == 0:
+	slices.SortFunc(serving, func(a, b *v1alpha1.Target) int { return strings.Compare(a.Name, b.Name) })
+	if len(serving) == 0 {
 		return Decision{}, fmt.Errorf("%w %s", ErrNoTarget, strings.Join(req.Flavors, ", "))
-	case !sizeUnknown && maxPodGPUs(req) > largestNode:
-		return Decision{}, fmt.Errorf("%w: a pod asks for %d GPUs, the largest node of targets %s has %d",
-			ErrNeverFits, maxPodGPUs(req), strings.Join(serving, ", "), largestNode)
-	default:
-		sort.Strings(reasons)
-		return Decision{}, fmt.Errorf("%w for flavor %s: %s", ErrNoCapacity, strings.Join(req.Flavors, ", "), strings.Join(reasons, "; "))
 	}
+	if !sizeUnknown && maxPodGPUs(req) > largestNode {
+		return Decision{}, fmt.Errorf("%w: a pod asks for %d GPUs, the largest node of targets %s has %d",
+			ErrNeverFits, maxPodGPUs(req), strings.Join(names(serving), ", "), largestNode)
+	}
+	if why := neverFits(req, serving); why != "" {
+		return Decision{}, fmt.Errorf("%w: %s", ErrNeverFits, why)
+	}
+	sort.Strings(reasons)
+	return Decision{}, fmt.Errorf("%w for flavor %s: %s", ErrNoCapacity, strings.Join(req.Flavors, ", "), strings.Join(reasons, "; "))
+}
+
+// ranked is an available candidate with the free GPUs it would have left.
+type ranked struct {
+	Candidate
+	freeAfter int64
+}
+
+// byFreeAfter orders by GPUs left, then name; those too small for the job
+// in total go last, as they cannot win.
+func byFreeAfter(a, b ranked) int {
+	if (a.freeAfter < 0) != (b.freeAfter < 0) {
+		return cmp.Compare(b.freeAfter, a.freeAfter)
+	}
+	if c := cmp.Compare(a.freeAfter, b.freeAfter); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Target.Name, b.Target.Name)
+}
+
+func names(targets []*v1alpha1.Target) []string {
+	out := make([]string, len(targets))
+	for i, t := range targets {
+		out[i] = t.Name
+	}
+	return out
 }
 
 func servesFlavors(t *v1alpha1.Target, flavors []string) bool {
@@ -135,55 +194,6 @@ func unavailable(t *v1alpha1.Target) string {
 	return ""
 }
 
-// fits checks the job node by node: every pod must land on one node with
-// enough free GPUs. Without per-node data the total is the only check.
-// In-flight GPUs are taken off the fullest nodes first, the pessimistic
-// guess, since the heartbeat has not said where they went.
-func fits(req Request, t *v1alpha1.Target, inFlight int64) bool {
-	if t.Status.FreeGPUs-inFlight < req.GPUs() {
-		return false
-	}
-	free := nodeFree(t)
-	if len(free) == 0 {
-		// No per-node figures: the total and the largest node must do.
-		return t.Status.MaxGPUsPerNode == 0 || maxPodGPUs(req) <= t.Status.MaxGPUsPerNode
-	}
-	sort.Slice(free, func(i, j int) bool { return free[i] < free[j] })
-	for i := len(free) - 1; i >= 0 && inFlight > 0; i-- {
-		take := min(free[i], inFlight)
-		free[i] -= take
-		inFlight -= take
-	}
-	sort.Slice(free, func(i, j int) bool { return free[i] < free[j] })
-	pods := podsLargestFirst(req)
-	for _, need := range pods {
-		if need == 0 {
-			continue
-		}
-		// Best fit: the node with the least free GPUs that still holds the pod.
-		i := sort.Search(len(free), func(i int) bool { return free[i] >= need })
-		if i == len(free) {
-			return false
-		}
-		free[i] -= need
-		sort.Slice(free, func(i, j int) bool { return free[i] < free[j] })
-	}
-	return true
-}
-
-func nodeFree(t *v1alpha1.Target) []int64 {
-	if t.Status.Topology == nil {
-		return nil
-	}
-	var free []int64
-	for _, d := range t.Status.Topology.Domains {
-		for _, g := range d.FreeGPUsPerNode {
-			free = append(free, int64(g))
-		}
-	}
-	return free
-}
-
 // maxNodeGPUs is the largest node's allocatable GPUs as the agent
 // publishes it; 0 when unknown, and then no job is called never-fitting.
 func maxNodeGPUs(t *v1alpha1.Target) int64 { return t.Status.MaxGPUsPerNode }
@@ -196,15 +206,4 @@ func maxPodGPUs(req Request) int64 {
 		}
 	}
 	return m
-}
-
-func podsLargestFirst(req Request) []int64 {
-	var pods []int64
-	for _, ps := range req.PodSets {
-		for i := int32(0); i < ps.Count; i++ {
-			pods = append(pods, ps.GPUsPerPod)
-		}
-	}
-	sort.Slice(pods, func(i, j int) bool { return pods[i] > pods[j] })
-	return pods
 }
