@@ -3,7 +3,9 @@ package spoke
 import (
 	"context"
 	"fmt"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -70,31 +72,12 @@ func SpokeScheme() *runtime.Scheme {
 // topology levels, so an administrator configures a spoke in one place.
 func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOptions) (ctrl.Manager, error) {
 	hubCfg, spokeCfg := withRate(hubCfg, o.QPS, o.Burst), withRate(o.Spoke, o.QPS, o.Burst)
-	direct, err := client.New(hubCfg, client.Options{Scheme: HubScheme()})
+	t, err := readTarget(ctx, hubCfg, o.Target, v1alpha1.TargetTypeKubernetes)
 	if err != nil {
 		return nil, err
 	}
-	var t v1alpha1.Target
-	if err := direct.Get(ctx, client.ObjectKey{Name: o.Target}, &t); err != nil {
-		return nil, fmt.Errorf("read target %s from the hub: %w", o.Target, err)
-	}
-	if t.Spec.Type != v1alpha1.TargetTypeKubernetes || t.Spec.Kubernetes == nil {
-		return nil, fmt.Errorf("target %s is of type %s, not Kubernetes", t.Name, t.Spec.Type)
-	}
 	ns := t.Spec.Agent.Namespace
-	mgr, err := ctrl.NewManager(hubCfg, ctrl.Options{
-		Scheme: HubScheme(),
-		// The agent may only read its own namespace on the hub, and its
-		// Target by name: no cluster-wide informers.
-		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
-		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&v1alpha1.Target{}}}},
-		Metrics:                 metricsserver.Options{BindAddress: orOff(o.MetricsAddr)},
-		HealthProbeBindAddress:  orOff(o.ProbeAddr),
-		LeaderElection:          o.LeaderElect,
-		LeaderElectionID:        "trainyard-agent-" + t.Name,
-		LeaderElectionNamespace: ns,
-		Controller:              config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
-	})
+	mgr, err := newAgentManager(hubCfg, t, managerOptions{o.MetricsAddr, o.ProbeAddr, o.LeaderElect, o.SkipNameValidation})
 	if err != nil {
 		return nil, err
 	}
@@ -105,8 +88,6 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	if err := mgr.Add(spoke); err != nil {
 		return nil, err
 	}
-	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
-	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
 	backend := jobset.New(spoke.GetClient(), jobset.Options{
 		Namespace: t.Spec.Kubernetes.Namespace, TopologyLevels: t.Spec.Kubernetes.TopologyLevels,
 		LiveReader: spoke.GetAPIReader(),
@@ -116,6 +97,54 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	opts.RemoteEvents = append(opts.RemoteEvents, source.Kind(spoke.GetCache(), &jobsetv1alpha2.JobSet{},
 		handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*jobsetv1alpha2.JobSet])))
 	return mgr, Setup(mgr, opts)
+}
+
+// readTarget reads the agent's Target and checks it is of the agent's type.
+func readTarget(ctx context.Context, hubCfg *rest.Config, name string, typ v1alpha1.TargetType) (*v1alpha1.Target, error) {
+	direct, err := client.New(hubCfg, client.Options{Scheme: HubScheme()})
+	if err != nil {
+		return nil, err
+	}
+	var t v1alpha1.Target
+	if err := direct.Get(ctx, client.ObjectKey{Name: name}, &t); err != nil {
+		return nil, fmt.Errorf("read target %s from the hub: %w", name, err)
+	}
+	if t.Spec.Type != typ {
+		return nil, fmt.Errorf("target %s is of type %s, not %s", t.Name, t.Spec.Type, typ)
+	}
+	if (typ == v1alpha1.TargetTypeKubernetes && t.Spec.Kubernetes == nil) || (typ == v1alpha1.TargetTypeSlurm && t.Spec.Slurm == nil) {
+		return nil, fmt.Errorf("target %s has no spec.%s", t.Name, strings.ToLower(string(typ)))
+	}
+	return &t, nil
+}
+
+type managerOptions struct {
+	metricsAddr, probeAddr          string
+	leaderElect, skipNameValidation bool
+}
+
+// newAgentManager builds the hub-side manager of an agent: it may only
+// read its own namespace on the hub, and its Target by name (uncached, as
+// are Secrets): no cluster-wide informers.
+func newAgentManager(hubCfg *rest.Config, t *v1alpha1.Target, o managerOptions) (ctrl.Manager, error) {
+	ns := t.Spec.Agent.Namespace
+	mgr, err := ctrl.NewManager(hubCfg, ctrl.Options{
+		Scheme:                  HubScheme(),
+		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&v1alpha1.Target{}, &corev1.Secret{}}}},
+		Metrics:                 metricsserver.Options{BindAddress: orOff(o.metricsAddr)},
+		HealthProbeBindAddress:  orOff(o.probeAddr),
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "trainyard-agent-" + t.Name,
+		LeaderElectionNamespace: ns,
+		Controller:              config.Controller{SkipNameValidation: ptr.To(o.skipNameValidation)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
+	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
+	return mgr, nil
 }
 
 // dispatchOfRemote maps remote work to the Dispatch that made it.

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -19,6 +21,8 @@ const (
 	DefaultFenceInterval     = 30 * time.Second
 	DefaultResync            = 30 * time.Second
 	DefaultConcurrency       = 8
+	// MaxRetryDelay caps the back-off of a Dispatch whose backend fails.
+	MaxRetryDelay = 15 * time.Second
 )
 
 // Options configure one agent.
@@ -62,7 +66,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	r := &DispatchReconciler{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Resync: opts.Resync}
 	b := ctrl.NewControllerManagedBy(mgr).Named("trainyard-agent-" + opts.Target).
 		For(&v1alpha1.Dispatch{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrency})
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrency,
+			// A backend that is down for minutes must be retried within
+			// seconds of its return, not after a back-off of many minutes.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, MaxRetryDelay)})
 	for _, src := range opts.RemoteEvents {
 		b = b.WatchesRawSource(src)
 	}

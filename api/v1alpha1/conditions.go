@@ -36,4 +36,11 @@ const (
 	ReasonRemoteCancelled = "RemoteCancelled"
 	ReasonRemoteRejected  = "RemoteRejected"
 	ReasonRemoteMissing   = "RemoteMissing"
+
+	// Slurm job ends and events, beyond plain failure.
+	ReasonSlurmTimeLimit   = "TimeLimit"
+	ReasonSlurmNodeFail    = "NodeFail"
+	ReasonSlurmPreempted   = "Preempted"
+	ReasonSlurmOutOfMemory = "OutOfMemory"
+	ReasonSlurmRequeued    = "Requeued"
 )

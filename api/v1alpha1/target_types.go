@@ -173,6 +173,75 @@ type SlurmTarget struct {
 	// +optional
 	// +kubebuilder:default=None
 	ContainerRuntime ContainerRuntime `json:"containerRuntime,omitempty"`
+
+	// auth says how the agent authenticates to slurmrestd. The credential
+	// itself is never in the Target.
+	// +optional
+	Auth *SlurmAuth `json:"auth,omitempty"`
+
+	// topologyFile is the path, on the agent's host, of the cluster's
+	// topology.conf (topology/tree switches or topology/block blocks), from
+	// which the agent publishes the topology: slurmrestd 24.11 does not
+	// serve it. Empty: no topology beyond nodes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="topologyFile must be an absolute path"
+	TopologyFile string `json:"topologyFile,omitempty"`
+}
+
+// SlurmAuthType is the kind of credential an agent holds for slurmrestd.
+// +kubebuilder:validation:Enum=SigningKey;Token
+type SlurmAuthType string
+
+const (
+	// SlurmAuthSigningKey: the agent holds the cluster's JWT HS256 key
+	// (slurm.conf AuthAltParameters jwt_key) and mints a short-lived token
+	// for each mapped user, renewed before it expires.
+	SlurmAuthSigningKey SlurmAuthType = "SigningKey"
+	// SlurmAuthToken: the agent holds a JWT of a user Slurm lets act for
+	// others (SlurmUser or root), re-read whenever it rotates; each request
+	// names the mapped user in X-SLURM-USER-NAME.
+	SlurmAuthToken SlurmAuthType = "Token"
+)
+
+// SlurmAuth locates the agent's slurmrestd credential.
+// +kubebuilder:validation:XValidation:rule="has(self.secretRef) != has(self.file)",message="set exactly one of secretRef and file"
+type SlurmAuth struct {
+	// type of the credential.
+	// +required
+	Type SlurmAuthType `json:"type"`
+
+	// secretRef is a key of a Secret in the target's agent namespace on
+	// the hub. The agent may read only this Secret.
+	// +optional
+	SecretRef *SecretKeyRef `json:"secretRef,omitempty"`
+
+	// file is a path on the agent's host (for example a Secret mounted into
+	// the agent's pod). It is re-read when it changes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="file must be an absolute path"
+	File string `json:"file,omitempty"`
+
+	// tokenLifetime of minted tokens (SigningKey only). Tokens are renewed
+	// at half their lifetime.
+	// +optional
+	// +kubebuilder:default="15m"
+	TokenLifetime *metav1.Duration `json:"tokenLifetime,omitempty"`
+}
+
+// SecretKeyRef names one key of a Secret in a known namespace.
+type SecretKeyRef struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// key in the Secret's data.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
 }
 
 // SlurmPartition maps one Kueue flavor to a Slurm partition.

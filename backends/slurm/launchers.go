@@ -25,7 +25,12 @@ const (
 	MPIStarterMpirun = "mpirun"
 )
 
-const scriptHeader = "#!/bin/bash\nset -euo pipefail\n"
+// scriptHeader also gives the job the HOME and PATH a login would: a job
+// submitted through slurmrestd inherits no environment, and Open MPI, for
+// one, refuses to start without a home directory.
+const scriptHeader = "#!/bin/bash\nset -euo pipefail\n" +
+	`export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"` + "\n" +
+	`if [[ -z "${HOME:-}" ]]; then HOME="$(getent passwd "$(id -u)" | cut -d: -f6)"; export HOME="${HOME:-/tmp}"; fi` + "\n"
 
 // argvPrelude decodes TRAINYARD_ARGV into the bash array argv. mapfile reads
 // NUL-terminated records, so any byte but NUL (newlines, quotes, globs, `$(`)

@@ -48,12 +48,41 @@ type Job struct {
 	StderrPath       string
 	Script           string
 	Launcher         v1alpha1.Launcher
+	// Requeue lets Slurm requeue the job after a node failure or
+	// preemption; set when the runtime allows restarts.
+	Requeue bool
+	// RequiredNodes pins the job to the nodes placement chose (empty: any).
+	RequiredNodes []string
+	// MaxSwitches bounds the leaf switches of the allocation (0: no bound).
+	MaxSwitches int32
 }
 
-// Comment is the job comment that identifies the Dispatch attempt, so an
-// idempotent submit can find a job it already made.
+// CommentPrefix starts the comment of every job trainyard submits.
+const CommentPrefix = "trainyard:"
+
+// Comment is the job comment that identifies the target and Dispatch
+// attempt, so an idempotent submit finds a job it already made and the
+// fence finds jobs whose Dispatch is gone.
 func Comment(d *v1alpha1.Dispatch) string {
-	return fmt.Sprintf("trainyard:%s/%s/attempt=%d/uid=%s", d.Namespace, d.Name, d.Spec.Attempt, d.Spec.Workload.UID)
+	return fmt.Sprintf("%s%s/%s/%s/attempt=%d/uid=%s", CommentPrefix, d.Spec.TargetName, d.Namespace, d.Name, d.Spec.Attempt, d.Spec.Workload.UID)
+}
+
+// ParseComment reverses Comment; ok is false for jobs trainyard did not make.
+func ParseComment(c string) (target string, w backends.RemoteWork, ok bool) {
+	rest, found := strings.CutPrefix(c, CommentPrefix)
+	if !found {
+		return "", w, false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 5 || !strings.HasPrefix(parts[3], "attempt=") || !strings.HasPrefix(parts[4], "uid=") {
+		return "", w, false
+	}
+	n, err := strconv.ParseInt(strings.TrimPrefix(parts[3], "attempt="), 10, 32)
+	if err != nil {
+		return "", w, false
+	}
+	w.DispatchNamespace, w.DispatchName, w.Attempt = parts[1], parts[2], int32(n)
+	return parts[0], w, true
 }
 
 // Render builds the Slurm job of d on target t. Errors that retrying cannot
@@ -167,7 +196,11 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		minutes = (s + 59) / 60
 	}
 
+	requeue := rtSpec.Template.Spec.FailurePolicy != nil && rtSpec.Template.Spec.FailurePolicy.MaxRestarts > 0
+
 	return &Job{
+		Requeue:          requeue,
+		RequiredNodes:    assignedNodes(d.Spec.PodSets),
 		Name:             backends.RemoteName(d),
 		Comment:          Comment(d),
 		Partition:        partition,
@@ -184,6 +217,24 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		Script:           script,
 		Launcher:         launcher,
 	}, nil
+}
+
+// assignedNodes are the nodes placement chose for the first pod set, when
+// its assignment goes down to single nodes (the last level is the node).
+func assignedNodes(podSets []v1alpha1.PodSetPlacement) []string {
+	if len(podSets) == 0 || podSets[0].Topology == nil || len(podSets[0].Topology.Levels) == 0 {
+		return nil
+	}
+	ta := podSets[0].Topology
+	if ta.Levels[len(ta.Levels)-1] != HostnameLevel {
+		return nil
+	}
+	var nodes []string
+	for _, dom := range ta.Domains {
+		nodes = append(nodes, dom.Values[len(dom.Values)-1])
+	}
+	sort.Strings(nodes)
+	return nodes
 }
 
 func rejected(d *v1alpha1.Dispatch, err error) error {

@@ -157,8 +157,12 @@ func TestRender(t *testing.T) {
 				if j.Name != backends.RemoteName(d) {
 					t.Errorf("name = %q", j.Name)
 				}
-				if want := "trainyard:trainyard-system/d1/attempt=3/uid=uid-d1"; j.Comment != want {
+				if want := "trainyard:hpc/trainyard-system/d1/attempt=3/uid=uid-d1"; j.Comment != want {
 					t.Errorf("comment = %q, want %q", j.Comment, want)
+				}
+				target, w, ok := ParseComment(j.Comment)
+				if !ok || target != "hpc" || w.DispatchNamespace != "trainyard-system" || w.DispatchName != "d1" || w.Attempt != 3 {
+					t.Errorf("ParseComment(%q) = %q, %+v, %v", j.Comment, target, w, ok)
 				}
 			},
 		},

@@ -8,7 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -16,48 +18,70 @@ import (
 	"github.com/trainyard-dev/trainyard/spoke"
 )
 
+type flags struct {
+	target, backend, hubKubeconfig, spokeKubeconfig string
+	metricsAddr, probeAddr                          string
+	leaderElect                                     bool
+	qps                                             float64
+	burst                                           int
+	heartbeat, slurmPoll                            time.Duration
+	slurmServiceUser                                string
+}
+
 func main() {
-	var o spoke.KubernetesOptions
-	var hubKubeconfig, spokeKubeconfig, backend string
-	var qps float64
-	flag.StringVar(&o.Target, "target", "", "name of the Target this agent serves (required)")
-	flag.StringVar(&backend, "backend", "kubernetes", "execution system: kubernetes")
-	flag.StringVar(&hubKubeconfig, "hub-kubeconfig", "", "kubeconfig of the hub (credentials limited to the target's agent namespace)")
-	flag.StringVar(&spokeKubeconfig, "spoke-kubeconfig", "", "kubeconfig of the spoke (default: in-cluster)")
-	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables)")
-	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	flag.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active agent among replicas")
-	flag.Float64Var(&qps, "kube-api-qps", spoke.DefaultQPS, "queries per second to each API server")
-	flag.IntVar(&o.Burst, "kube-api-burst", spoke.DefaultBurst, "burst of queries to each API server")
-	flag.DurationVar(&o.Agent.HeartbeatInterval, "heartbeat-interval", spoke.DefaultHeartbeatInterval, "how often capacity and a heartbeat are published")
+	var f flags
+	flag.StringVar(&f.target, "target", "", "name of the Target this agent serves (required)")
+	flag.StringVar(&f.backend, "backend", "kubernetes", "execution system: kubernetes or slurm (must match the Target's type)")
+	flag.StringVar(&f.hubKubeconfig, "hub-kubeconfig", "", "kubeconfig of the hub (credentials limited to the target's agent namespace)")
+	flag.StringVar(&f.spokeKubeconfig, "spoke-kubeconfig", "", "kubeconfig of the spoke (kubernetes backend; default: in-cluster)")
+	flag.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables)")
+	flag.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.BoolVar(&f.leaderElect, "leader-elect", true, "elect one active agent among replicas")
+	flag.Float64Var(&f.qps, "kube-api-qps", spoke.DefaultQPS, "queries per second to each API server")
+	flag.IntVar(&f.burst, "kube-api-burst", spoke.DefaultBurst, "burst of queries to each API server")
+	flag.DurationVar(&f.heartbeat, "heartbeat-interval", spoke.DefaultHeartbeatInterval, "how often capacity and a heartbeat are published")
+	flag.DurationVar(&f.slurmPoll, "slurm-poll-interval", spoke.DefaultSlurmPollInterval, "how often the Slurm job list is read for state changes (slurm backend)")
+	flag.StringVar(&f.slurmServiceUser, "slurm-service-user", "", "Slurm user that reads jobs and nodes and cancels jobs (slurm backend; default: slurm with a signing key, the token's user with a token)")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
-	o.QPS = float32(qps)
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
-	log := ctrl.Log.WithName("setup")
-	if err := run(o, backend, hubKubeconfig, spokeKubeconfig); err != nil {
-		log.Error(err, "agent stopped")
+	if err := run(f); err != nil {
+		ctrl.Log.WithName("setup").Error(err, "agent stopped")
 		os.Exit(1)
 	}
 }
 
-func run(o spoke.KubernetesOptions, backend, hubKubeconfig, spokeKubeconfig string) error {
-	if o.Target == "" {
+func run(f flags) error {
+	if f.target == "" {
 		return fmt.Errorf("--target is required")
 	}
-	if backend != "kubernetes" {
-		return fmt.Errorf("unknown --backend %q", backend)
-	}
-	hubCfg, err := clientcmd.BuildConfigFromFlags("", hubKubeconfig)
+	hubCfg, err := clientcmd.BuildConfigFromFlags("", f.hubKubeconfig)
 	if err != nil {
 		return fmt.Errorf("hub kubeconfig: %w", err)
 	}
-	if o.Spoke, err = clientcmd.BuildConfigFromFlags("", spokeKubeconfig); err != nil {
-		return fmt.Errorf("spoke kubeconfig: %w", err)
-	}
+	agent := spoke.Options{HeartbeatInterval: f.heartbeat}
 	ctx := ctrl.SetupSignalHandler()
-	mgr, err := spoke.NewKubernetesAgent(ctx, hubCfg, o)
+	var mgr ctrl.Manager
+	switch f.backend {
+	case "kubernetes":
+		var spokeCfg *rest.Config
+		if spokeCfg, err = clientcmd.BuildConfigFromFlags("", f.spokeKubeconfig); err != nil {
+			return fmt.Errorf("spoke kubeconfig: %w", err)
+		}
+		mgr, err = spoke.NewKubernetesAgent(ctx, hubCfg, spoke.KubernetesOptions{
+			Target: f.target, Spoke: spokeCfg, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
+			LeaderElect: f.leaderElect, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
+		})
+	case "slurm":
+		mgr, err = spoke.NewSlurmAgent(ctx, hubCfg, spoke.SlurmOptions{
+			Target: f.target, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
+			LeaderElect: f.leaderElect, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
+			ServiceUser: f.slurmServiceUser, PollInterval: f.slurmPoll,
+		})
+	default:
+		return fmt.Errorf("unknown --backend %q (kubernetes or slurm)", f.backend)
+	}
 	if err != nil {
 		return err
 	}

@@ -130,10 +130,14 @@ CONF
 esac
 chmod 0644 "$R"/etc/slurm/{slurm,cgroup,gres}.conf
 
-# All "nodes" share one host: OpenMPI's TCP transport must use loopback, which it skips by
-# default ("Unable to find reachable pairing between local and remote interfaces").
+# All "nodes" share one host. OpenMPI's TCP transport must use loopback, which it skips by
+# default ("Unable to find reachable pairing between local and remote interfaces"), and
+# ranks of different emulated nodes must not use the shared-memory transport (they do not
+# share a node as far as Slurm and PMIx are concerned, and it crashes in MPI_Init) or UCX.
 MCA=$R/etc/openmpi/openmpi-mca-params.conf
-if [ -f "$MCA" ] && ! grep -q '^btl_tcp_if_include' "$MCA"; then
-  { echo; printf '%s\n' '# trainyard: emulated nodes on one host' 'btl_tcp_if_include = lo' 'oob_tcp_if_include = lo'; } >> "$MCA"
+if [ -f "$MCA" ]; then
+  sed -i '/^# trainyard:/,$d' "$MCA"
+  printf '%s\n' '# trainyard: emulated nodes on one host (hack/slurm/configure.sh)' \
+    'btl_tcp_if_include = lo' 'oob_tcp_if_include = lo' 'btl = self,tcp' 'pml = ob1' >> "$MCA"
 fi
 echo "[slurm] configured $R (TOPO=$TOPO)"

@@ -10,8 +10,8 @@ import (
 
 // AgentRBAC returns the hub RBAC an agent needs and nothing more: its
 // target's Dispatches in its own namespace, its own Target's status, events
-// and a leader-election lease there. subject is the identity the agent's
-// hub credentials authenticate as.
+// and a leader-election lease there and, for a Slurm target, its credential
+// Secret. subject is the identity the agent's hub credentials authenticate as.
 func AgentRBAC(t *v1alpha1.Target, subject rbacv1.Subject) []client.Object {
 	ns := t.Spec.Agent.Namespace
 	name := "trainyard-agent-" + t.Name
@@ -25,6 +25,11 @@ func AgentRBAC(t *v1alpha1.Target, subject rbacv1.Subject) []client.Object {
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
 		},
+	}
+	if sl := t.Spec.Slurm; sl != nil && sl.Auth != nil && sl.Auth.SecretRef != nil {
+		// The Slurm credential, and no other Secret.
+		role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"},
+			ResourceNames: []string{sl.Auth.SecretRef.Name}, Verbs: []string{"get"}})
 	}
 	clusterRole := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},

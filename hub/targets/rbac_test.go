@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"slices"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -82,4 +84,37 @@ func kindOf(v any) string {
 		return "ClusterRoleBinding"
 	}
 	return ""
+}
+
+// TestAgentRBACSecretOnlyForSlurmCredential: a Slurm agent may read its
+// credential Secret by name, and no Secret at all otherwise.
+func TestAgentRBACSecretOnlyForSlurmCredential(t *testing.T) {
+	secretRules := func(tg *v1alpha1.Target) []rbacv1.PolicyRule {
+		var out []rbacv1.PolicyRule
+		for _, obj := range AgentRBAC(tg, rbacv1.Subject{Kind: rbacv1.UserKind, Name: "a"}) {
+			role, ok := obj.(*rbacv1.Role)
+			if !ok {
+				continue
+			}
+			for _, r := range role.Rules {
+				if slices.Contains(r.Resources, "secrets") {
+					out = append(out, r)
+				}
+			}
+		}
+		return out
+	}
+	if got := secretRules(tytesting.MakeKubernetesTarget("k", "gpu").Obj()); len(got) != 0 {
+		t.Errorf("Kubernetes agent may read secrets: %+v", got)
+	}
+	file := tytesting.MakeSlurmTarget("s", "hpc", "gpu").SlurmAuth(&v1alpha1.SlurmAuth{Type: v1alpha1.SlurmAuthSigningKey, File: "/k"}).Obj()
+	if got := secretRules(file); len(got) != 0 {
+		t.Errorf("Slurm agent with a file credential may read secrets: %+v", got)
+	}
+	ref := tytesting.MakeSlurmTarget("s", "hpc", "gpu").SlurmAuth(&v1alpha1.SlurmAuth{Type: v1alpha1.SlurmAuthSigningKey,
+		SecretRef: &v1alpha1.SecretKeyRef{Name: "slurm-jwt", Key: "key"}}).Obj()
+	got := secretRules(ref)
+	if len(got) != 1 || !slices.Equal(got[0].ResourceNames, []string{"slurm-jwt"}) || !slices.Equal(got[0].Verbs, []string{"get"}) {
+		t.Errorf("secret rules = %+v, want get on slurm-jwt only", got)
+	}
 }

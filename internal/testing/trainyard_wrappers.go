@@ -89,6 +89,24 @@ func (w *TargetWrapper) SlurmAccount(a v1alpha1.SlurmAccount) *TargetWrapper {
 	return w
 }
 
+// SlurmAuth sets how the agent authenticates to slurmrestd.
+func (w *TargetWrapper) SlurmAuth(a *v1alpha1.SlurmAuth) *TargetWrapper {
+	w.Spec.Slurm.Auth = a
+	return w
+}
+
+// SlurmTopologyFile sets the topology.conf the agent publishes.
+func (w *TargetWrapper) SlurmTopologyFile(path string) *TargetWrapper {
+	w.Spec.Slurm.TopologyFile = path
+	return w
+}
+
+// SlurmAPIVersion sets the slurmrestd API version.
+func (w *TargetWrapper) SlurmAPIVersion(v v1alpha1.SlurmAPIVersion) *TargetWrapper {
+	w.Spec.Slurm.APIVersion = v
+	return w
+}
+
 // DispatchWrapper builds a Dispatch.
 type DispatchWrapper struct{ v1alpha1.Dispatch }
 

@@ -5,8 +5,14 @@ package util
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"github.com/onsi/gomega"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,4 +60,37 @@ func DumpLogsOnFailure(code int, clusters ...*kube.Cluster) {
 			fmt.Fprintf(os.Stderr, "----- %s/%s (%s) -----\n%s\n", c.Name, p.Name, p.LogPath, p.LogTail(4000))
 		}
 	}
+}
+
+// LogSink is where a suite's in-process hub and agents log: the file name
+// in $TRAINYARD_ARTIFACTS when set, else nowhere.
+func LogSink(name string) io.Writer {
+	dir := os.Getenv("TRAINYARD_ARTIFACTS")
+	if dir == "" {
+		return io.Discard
+	}
+	_ = os.MkdirAll(dir, 0o755)
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return io.Discard
+	}
+	return f
+}
+
+// WorkloadOf waits for the Kueue Workload owned by tj and returns it.
+func WorkloadOf(g gomega.Gomega, c client.Client, tj *trainer.TrainJob) *kueue.Workload {
+	var wl *kueue.Workload
+	g.Eventually(func(g gomega.Gomega) {
+		var list kueue.WorkloadList
+		g.Expect(c.List(context.Background(), &list, client.InNamespace(tj.Namespace))).To(gomega.Succeed())
+		for i := range list.Items {
+			for _, o := range list.Items[i].OwnerReferences {
+				if o.UID == tj.UID {
+					wl = &list.Items[i]
+				}
+			}
+		}
+		g.Expect(wl).NotTo(gomega.BeNil(), "no Workload for TrainJob %s yet", tj.Name)
+	}, Timeout, Interval).Should(gomega.Succeed())
+	return wl
 }

@@ -21,6 +21,8 @@ type Fleet struct {
 type FleetOptions struct {
 	// Spokes is the number of spoke clusters (default 2).
 	Spokes int
+	// HubOnly starts no spokes (for suites whose jobs run on Slurm).
+	HubOnly bool
 	// Dir holds one folder of logs per cluster.
 	Dir string
 	// NoHubKueue leaves the Kueue manager off the hub, for tests that
@@ -61,6 +63,9 @@ func SpokeOptions(name, dir string) Options {
 func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 	if opts.Spokes == 0 {
 		opts.Spokes = 2
+	}
+	if opts.HubOnly {
+		opts.Spokes = 0
 	}
 	all := []Options{HubOptions(subdir(opts.Dir, "hub"), !opts.NoHubKueue)}
 	for i := 1; i <= opts.Spokes; i++ {

@@ -124,8 +124,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 // script runs hack/slurm/NAME ROOT, teeing its output to the log and keeping a tail for
 // the error. WaitDelay guards against daemons that keep the output pipe open.
 func (c *Cluster) script(ctx context.Context, name string, env ...string) error {
+	return c.scriptArgs(ctx, name, nil, env...)
+}
+
+func (c *Cluster) scriptArgs(ctx context.Context, name string, args []string, env ...string) error {
 	var tail tailBuffer
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(c.repo, "hack", "slurm", name), c.Root)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(c.repo, "hack", "slurm", name), c.Root}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout = io.MultiWriter(c.log, &tail)
 	cmd.Stderr = cmd.Stdout
@@ -173,6 +177,18 @@ func (c *Cluster) Stop() error {
 		}
 	})
 	return c.err
+}
+
+// StopDaemon stops "slurmctld" or "slurmrestd" of the running cluster, as
+// an outage would; StartDaemon brings it back (slurmctld with its saved
+// state, so it still knows its jobs).
+func (c *Cluster) StopDaemon(ctx context.Context, name string) error {
+	return c.scriptArgs(ctx, "daemon.sh", []string{"stop", name})
+}
+
+// StartDaemon starts a daemon StopDaemon stopped.
+func (c *Cluster) StartDaemon(ctx context.Context, name string) error {
+	return c.scriptArgs(ctx, "daemon.sh", []string{"start", name})
 }
 
 // Token returns a JWT for user, valid for lifespan, minted by slurmctld (`scontrol token`).

@@ -29,6 +29,7 @@ import (
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/spoke"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
 )
 
 // Options tune the controllers for a test's pace.
@@ -45,6 +46,22 @@ type Options struct {
 	// HubQPS and HubBurst are the hub's client rate limits (hub defaults if 0).
 	HubQPS   float32
 	HubBurst int
+	// Slurm clusters registered as Slurm Targets, each with its agent.
+	Slurm []SlurmTarget
+}
+
+// SlurmTarget registers a harness Slurm cluster as a Target.
+type SlurmTarget struct {
+	Name    string
+	Cluster *hslurm.Cluster
+	// Partitions map flavors to partitions (default: Options.Flavor to "gpu").
+	Partitions []v1alpha1.SlurmPartition
+	// Accounts map hub namespaces to Slurm users; the harness cluster has
+	// alice and bob.
+	Accounts   []v1alpha1.SlurmAccount
+	APIVersion v1alpha1.SlurmAPIVersion
+	// PollInterval of the agent's job listing (agent default if 0).
+	PollInterval time.Duration
 }
 
 // Controllers are the running hub and agents.
@@ -68,6 +85,13 @@ func Start(ctx context.Context, fleet *kube.Fleet, o Options) (*Controllers, err
 			return nil, err
 		}
 		c.AgentConfigs[s.Name] = cfg
+	}
+	for _, st := range o.Slurm {
+		cfg, err := registerSlurmTarget(ctx, fleet.Hub, st, o)
+		if err != nil {
+			return nil, err
+		}
+		c.AgentConfigs[st.Name] = cfg
 	}
 	hubOpts, err := installWebhook(ctx, fleet.Hub)
 	if err != nil {
@@ -106,6 +130,20 @@ func Start(ctx context.Context, fleet *kube.Fleet, o Options) (*Controllers, err
 			return nil, err
 		}
 	}
+	for _, st := range o.Slurm {
+		st := st
+		a := &Component{Name: "agent-" + st.Name, build: func(ctx context.Context) (ctrl.Manager, error) {
+			return spoke.NewSlurmAgent(ctx, c.AgentConfigs[st.Name], spoke.SlurmOptions{
+				Target: st.Name, SkipNameValidation: true, PollInterval: st.PollInterval,
+				Agent: spoke.Options{HeartbeatInterval: o.HeartbeatInterval, FenceInterval: o.FenceInterval, Resync: o.Resync},
+			})
+		}}
+		c.Agents[st.Name] = a
+		if err := a.Start(); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -125,13 +163,40 @@ func registerTarget(ctx context.Context, h *kube.Cluster, name string, o Options
 	t := tytesting.MakeKubernetesTarget(name, o.Flavor).Kubernetes(&v1alpha1.KubernetesTarget{
 		Namespace: o.SpokeNamespace, TopologyLevels: o.TopologyLevels,
 	}).Obj()
+	return createTarget(ctx, h, t)
+}
+
+// registerSlurmTarget registers a harness Slurm cluster. The agent mints
+// tokens with the cluster's JWT key, read from the chroot, and publishes
+// the topology from its topology.conf.
+func registerSlurmTarget(ctx context.Context, h *kube.Cluster, st SlurmTarget, o Options) (*rest.Config, error) {
+	w := tytesting.MakeSlurmTarget(st.Name, o.Flavor, "gpu").SlurmEndpoint(st.Cluster.URL).
+		SlurmAuth(&v1alpha1.SlurmAuth{Type: v1alpha1.SlurmAuthSigningKey, File: st.Cluster.Path("/etc/slurm/jwt_hs256.key")}).
+		SlurmTopologyFile(st.Cluster.Path("/etc/slurm/topology.conf"))
+	if len(st.Partitions) > 0 {
+		w.Spec.Slurm.Partitions = st.Partitions
+		w.Spec.Flavors = nil
+		for _, p := range st.Partitions {
+			w.Spec.Flavors = append(w.Spec.Flavors, p.Flavor)
+		}
+	}
+	if st.APIVersion != "" {
+		w.SlurmAPIVersion(st.APIVersion)
+	}
+	for _, a := range st.Accounts {
+		w.SlurmAccount(a)
+	}
+	return createTarget(ctx, h, w.Obj())
+}
+
+func createTarget(ctx context.Context, h *kube.Cluster, t *v1alpha1.Target) (*rest.Config, error) {
 	if err := h.EnsureNamespace(ctx, t.Spec.Agent.Namespace); err != nil {
 		return nil, err
 	}
 	if err := h.Client.Create(ctx, t); err != nil {
 		return nil, err
 	}
-	user := "trainyard-agent:" + name
+	user := "trainyard-agent:" + t.Name
 	for _, obj := range targets.AgentRBAC(t, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}) {
 		if err := h.Client.Create(ctx, obj); err != nil {
 			return nil, err

@@ -50,6 +50,28 @@ func TestTargetValidation(t *testing.T) {
 			target:  tytesting.MakeKubernetesTarget("k-badns", "gpu-a").AgentNamespace("Not.A.Label").Obj(),
 			wantErr: "spec.agent.namespace",
 		},
+		"slurm auth from a secret": {
+			target: tytesting.MakeSlurmTarget("s-auth", "hpc", "gpu").SlurmAuth(&v1alpha1.SlurmAuth{
+				Type: v1alpha1.SlurmAuthSigningKey, SecretRef: &v1alpha1.SecretKeyRef{Name: "slurm-jwt", Key: "jwt_hs256.key"}}).Obj(),
+		},
+		"slurm auth naming a secret and a file": {
+			target: tytesting.MakeSlurmTarget("s-auth2", "hpc", "gpu").SlurmAuth(&v1alpha1.SlurmAuth{Type: v1alpha1.SlurmAuthToken,
+				File: "/etc/trainyard/token", SecretRef: &v1alpha1.SecretKeyRef{Name: "t", Key: "k"}}).Obj(),
+			wantErr: "set exactly one of secretRef and file",
+		},
+		"slurm auth naming neither": {
+			target:  tytesting.MakeSlurmTarget("s-auth3", "hpc", "gpu").SlurmAuth(&v1alpha1.SlurmAuth{Type: v1alpha1.SlurmAuthToken}).Obj(),
+			wantErr: "set exactly one of secretRef and file",
+		},
+		"slurm auth file not absolute": {
+			target: tytesting.MakeSlurmTarget("s-auth4", "hpc", "gpu").SlurmAuth(&v1alpha1.SlurmAuth{
+				Type: v1alpha1.SlurmAuthSigningKey, File: "key"}).Obj(),
+			wantErr: "file must be an absolute path",
+		},
+		"slurm topology file not absolute": {
+			target:  tytesting.MakeSlurmTarget("s-topo", "hpc", "gpu").SlurmTopologyFile("topology.conf").Obj(),
+			wantErr: "topologyFile must be an absolute path",
+		},
 		"slurm endpoint not a URL": {
 			target:  tytesting.MakeSlurmTarget("s-url", "hpc", "gpu").SlurmEndpoint("not a url").Obj(),
 			wantErr: "endpoint must be an http or https URL",

@@ -100,7 +100,7 @@ func TestHubCrashMidDispatchMakesNoDuplicates(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		n := 0
 		for _, tj := range jobs {
-			n += len(dispatchesOf(g, workloadOf(g, tj)))
+			n += len(dispatchesOf(g, util.WorkloadOf(g, env.fleet.Hub.Client, tj)))
 		}
 		g.Expect(n).To(BeNumerically(">", 0))
 	}, util.Timeout, 20*time.Millisecond).Should(Succeed())
@@ -122,7 +122,7 @@ func TestAgentCrashMidSubmitMakesNoDuplicates(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		taken := 0
 		for _, tj := range jobs {
-			for _, d := range dispatchesOf(g, workloadOf(g, tj)) {
+			for _, d := range dispatchesOf(g, util.WorkloadOf(g, env.fleet.Hub.Client, tj)) {
 				if len(d.Finalizers) > 0 {
 					taken++
 				}
@@ -149,7 +149,7 @@ func expectOneCopyEach(t *testing.T, jobs []*trainer.TrainJob) {
 	g := NewWithT(t)
 	check := func(g Gomega) {
 		for _, tj := range jobs {
-			wl := workloadOf(g, tj)
+			wl := util.WorkloadOf(g, env.fleet.Hub.Client, tj)
 			g.Expect(dispatchesOf(g, wl)).To(HaveLen(1), "dispatches of %s", tj.Name)
 			g.Expect(remoteJobSetsOf(t, tj)).To(HaveLen(1), "remote JobSets of %s", tj.Name)
 		}
@@ -186,7 +186,7 @@ func TestBurstDoesNotOverbook(t *testing.T) {
 	}
 	perTarget := map[string]int{}
 	for _, tj := range jobs {
-		for _, d := range dispatchesOf(g, workloadOf(g, tj)) {
+		for _, d := range dispatchesOf(g, util.WorkloadOf(g, env.fleet.Hub.Client, tj)) {
 			perTarget[d.Spec.TargetName]++
 		}
 	}

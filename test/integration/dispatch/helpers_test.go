@@ -3,9 +3,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,21 +20,6 @@ import (
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
-
-// logSink is where the in-process hub and agents log: a file in
-// $TRAINYARD_ARTIFACTS when set, else nowhere.
-func logSink() io.Writer {
-	dir := os.Getenv("TRAINYARD_ARTIFACTS")
-	if dir == "" {
-		return io.Discard
-	}
-	_ = os.MkdirAll(dir, 0o755)
-	f, err := os.Create(filepath.Join(dir, "trainyard-controllers.log"))
-	if err != nil {
-		return io.Discard
-	}
-	return f
-}
 
 // makeRuntime creates a ClusterTrainingRuntime whose pods run on kwok nodes
 // for runFor, and deletes it when the test ends.
@@ -63,24 +45,6 @@ func submit(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 			"remote JobSets of %s outlived it", tj.Name)
 	})
 	return tj
-}
-
-// workloadOf returns the Kueue Workload of a TrainJob, waiting for it.
-func workloadOf(g Gomega, tj *trainer.TrainJob) *kueue.Workload {
-	var wl *kueue.Workload
-	g.Eventually(func(g Gomega) {
-		var list kueue.WorkloadList
-		g.Expect(env.fleet.Hub.Client.List(context.Background(), &list, client.InNamespace(tj.Namespace))).To(Succeed())
-		for i := range list.Items {
-			for _, o := range list.Items[i].OwnerReferences {
-				if o.UID == tj.UID {
-					wl = &list.Items[i]
-				}
-			}
-		}
-		g.Expect(wl).NotTo(BeNil(), "no Workload for TrainJob %s yet", tj.Name)
-	}, util.Timeout, util.Interval).Should(Succeed())
-	return wl
 }
 
 // dispatchesOf lists the Dispatches of a Workload across agent namespaces.

@@ -35,7 +35,7 @@ func trainJob(name, runtime string, nodes int32, gpus int64) *trainer.TrainJob {
 func waitRunning(t *testing.T, tj *trainer.TrainJob) (*kueue.Workload, v1alpha1.Dispatch) {
 	t.Helper()
 	g := NewWithT(t)
-	wl := workloadOf(g, tj)
+	wl := util.WorkloadOf(g, env.fleet.Hub.Client, tj)
 	var d v1alpha1.Dispatch
 	g.Eventually(func(g Gomega) {
 		var live []v1alpha1.Dispatch
@@ -60,7 +60,7 @@ func TestTrainJobRunsAsJobSetOnSpoke(t *testing.T) {
 	ctx, c := context.Background(), env.fleet.Hub.Client
 	makeRuntime(t, "torch-quick", "3s")
 	tj := submit(t, trainJob("quick", "torch-quick", 2, 4))
-	wl := workloadOf(g, tj)
+	wl := util.WorkloadOf(g, env.fleet.Hub.Client, tj)
 
 	var remote remoteJobSet
 	g.Eventually(func(g Gomega) {
@@ -118,7 +118,7 @@ func TestFailingJobFailsTrainJobWithReason(t *testing.T) {
 	g.Expect(c.Create(ctx, rt)).To(Succeed())
 	t.Cleanup(func() { _ = c.Delete(ctx, rt) })
 	tj := submit(t, trainJob("fails", "torch-fails", 1, 1))
-	wl := workloadOf(g, tj)
+	wl := util.WorkloadOf(g, env.fleet.Hub.Client, tj)
 	g.Eventually(func(g Gomega) {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
 		failed := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobFailed)
@@ -285,7 +285,7 @@ func TestNoTargetForFlavorIsRetriedWithMessage(t *testing.T) {
 	tj := tytesting.MakeTrainJob("nowhere", tenant).Queue("lq-nowhere").
 		RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch-nowhere").NumNodes(1).GPUsPerNode(4).Obj()
 	submit(t, tj)
-	wl := workloadOf(g, tj)
+	wl := util.WorkloadOf(g, env.fleet.Hub.Client, tj)
 	g.Eventually(func(g Gomega) {
 		g.Expect(eventMessages(g, wl, "NoTarget")).To(ContainElement(ContainSubstring("no target serves flavor nowhere")))
 	}, util.Timeout, util.Interval).Should(Succeed())
@@ -304,7 +304,7 @@ func TestJobLargerThanAnyNodeIsRejected(t *testing.T) {
 	ctx, c := context.Background(), env.fleet.Hub.Client
 	makeRuntime(t, "torch-huge", "1s")
 	tj := submit(t, trainJob("huge", "torch-huge", 1, 8))
-	wl := workloadOf(g, tj)
+	wl := util.WorkloadOf(g, env.fleet.Hub.Client, tj)
 	// Kueue deactivates a Workload whose check is Rejected, then resets the
 	// check to Pending; the deactivation and the event are what stay.
 	g.Eventually(func(g Gomega) {

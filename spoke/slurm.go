@@ -1,0 +1,206 @@
+package spoke
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/slurm"
+)
+
+// DefaultSlurmPollInterval is how often the agent lists the cluster's jobs
+// to notice state changes: slurmrestd has no watch.
+const DefaultSlurmPollInterval = 2 * time.Second
+
+// SlurmOptions configure an agent for a Slurm cluster.
+type SlurmOptions struct {
+	Target                 string
+	MetricsAddr, ProbeAddr string
+	LeaderElect            bool
+	QPS                    float32
+	Burst                  int
+	// ServiceUser reads jobs and nodes and cancels jobs. Default: "slurm"
+	// (the usual SlurmUser) with a signing key; the token's own user with
+	// a token.
+	ServiceUser string
+	// PollInterval of the job listing (default DefaultSlurmPollInterval).
+	PollInterval time.Duration
+	// HTTPClient talks to slurmrestd (default: 30 s timeout).
+	HTTPClient *http.Client
+	Agent      Options
+	// SkipNameValidation lets a process build the same agent twice.
+	SkipNameValidation bool
+}
+
+// NewSlurmAgent builds the agent of a Slurm cluster. Its Target on the hub
+// names the slurmrestd endpoint, API version, credential, partitions and
+// accounts; the agent re-reads it on every use, so edits apply at once.
+func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ctrl.Manager, error) {
+	hubCfg = withRate(hubCfg, o.QPS, o.Burst)
+	t, err := readTarget(ctx, hubCfg, o.Target, v1alpha1.TargetTypeSlurm)
+	if err != nil {
+		return nil, err
+	}
+	ns := t.Spec.Agent.Namespace
+	direct, err := client.New(hubCfg, client.Options{Scheme: HubScheme()})
+	if err != nil {
+		return nil, err
+	}
+	tokens, serviceUser, err := tokenSource(ctx, direct, t, o.ServiceUser)
+	if err != nil {
+		return nil, err
+	}
+	c, err := slurm.NewClient(t.Spec.Slurm.Endpoint, t.Spec.Slurm.APIVersion, tokens, serviceUser, o.HTTPClient)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := newAgentManager(hubCfg, t, managerOptions{o.MetricsAddr, o.ProbeAddr, o.LeaderElect, o.SkipNameValidation})
+	if err != nil {
+		return nil, err
+	}
+	reader := mgr.GetAPIReader()
+	name := t.Name
+	target := func(ctx context.Context) (*v1alpha1.Target, error) {
+		var t v1alpha1.Target
+		if err := reader.Get(ctx, client.ObjectKey{Name: name}, &t); err != nil {
+			return nil, fmt.Errorf("read target %s: %w", name, err)
+		}
+		return &t, nil
+	}
+	backend := &slurm.Backend{Client: c, Target: target}
+	if path := t.Spec.Slurm.TopologyFile; path != "" {
+		backend.Topology = func() (*slurm.Topology, error) {
+			f, err := os.Open(path)
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			return slurm.ParseTopology(f)
+		}
+	}
+	events := make(chan event.GenericEvent, 1024)
+	poll := o.PollInterval
+	if poll == 0 {
+		poll = DefaultSlurmPollInterval
+	}
+	if err := mgr.Add(&slurmPoller{client: c, target: name, interval: poll, events: events}); err != nil {
+		return nil, err
+	}
+	opts := o.Agent
+	opts.Target, opts.Namespace, opts.Backend = name, ns, backend
+	opts.RemoteEvents = append(opts.RemoteEvents, source.Channel(events, &handler.EnqueueRequestForObject{}))
+	return mgr, Setup(mgr, opts)
+}
+
+// tokenSource builds the credential source the Target names. The bytes are
+// read again on every renewal, so a rotated Secret or file is picked up.
+func tokenSource(ctx context.Context, hub client.Reader, t *v1alpha1.Target, serviceUser string) (slurm.TokenSource, string, error) {
+	a := t.Spec.Slurm.Auth
+	if a == nil {
+		return nil, "", fmt.Errorf("target %s has no spec.slurm.auth: the agent has no credential for slurmrestd", t.Name)
+	}
+	var read slurm.SecretReader
+	switch {
+	case a.File != "":
+		path := a.File
+		read = func(context.Context) ([]byte, error) { return os.ReadFile(path) }
+	case a.SecretRef != nil:
+		key := client.ObjectKey{Namespace: t.Spec.Agent.Namespace, Name: a.SecretRef.Name}
+		field := a.SecretRef.Key
+		read = func(ctx context.Context) ([]byte, error) {
+			var s corev1.Secret
+			if err := hub.Get(ctx, key, &s); err != nil {
+				return nil, fmt.Errorf("secret %s: %w", key, err)
+			}
+			v, ok := s.Data[field]
+			if !ok {
+				return nil, fmt.Errorf("secret %s has no key %q", key, field)
+			}
+			return v, nil
+		}
+	default:
+		return nil, "", fmt.Errorf("target %s: spec.slurm.auth names neither a file nor a secret", t.Name)
+	}
+	switch a.Type {
+	case v1alpha1.SlurmAuthSigningKey:
+		life := slurm.DefaultTokenLifetime
+		if a.TokenLifetime != nil && a.TokenLifetime.Duration > 0 {
+			life = a.TokenLifetime.Duration
+		}
+		if serviceUser == "" {
+			serviceUser = "slurm"
+		}
+		return &slurm.SigningKeySource{Key: read, Lifetime: life}, serviceUser, nil
+	case v1alpha1.SlurmAuthToken:
+		src := &slurm.StaticTokenSource{Token: read}
+		if serviceUser == "" {
+			raw, err := read(ctx)
+			if err != nil {
+				return nil, "", fmt.Errorf("target %s: read token: %w", t.Name, err)
+			}
+			if serviceUser = slurm.TokenUser(string(raw)); serviceUser == "" {
+				return nil, "", fmt.Errorf("target %s: the token names no user (sun claim); set the service user", t.Name)
+			}
+		}
+		return src, serviceUser, nil
+	}
+	return nil, "", fmt.Errorf("target %s: unknown auth type %q", t.Name, a.Type)
+}
+
+// slurmPoller lists the cluster's jobs and wakes the Dispatch of every job
+// whose state changed, standing in for the watch slurmrestd lacks.
+type slurmPoller struct {
+	client   *slurm.Client
+	target   string
+	interval time.Duration
+	events   chan<- event.GenericEvent
+	last     map[string]string
+}
+
+func (p *slurmPoller) NeedLeaderElection() bool { return true }
+
+func (p *slurmPoller) Start(ctx context.Context) error {
+	every(ctx, p.interval, "agent-slurm-poll", p.poll)
+	return nil
+}
+
+func (p *slurmPoller) poll(ctx context.Context) error {
+	jobs, err := p.client.Jobs(ctx)
+	if err != nil {
+		return err
+	}
+	seen := make(map[string]string, len(jobs))
+	for i := range jobs {
+		j := &jobs[i]
+		target, w, ok := slurm.ParseComment(j.Comment)
+		if !ok || target != p.target {
+			continue
+		}
+		key := w.DispatchNamespace + "/" + w.DispatchName
+		state := fmt.Sprint(j.JobID, j.JobState, j.RestartCount)
+		seen[key] = state
+		if p.last[key] == state {
+			continue
+		}
+		d := &v1alpha1.Dispatch{ObjectMeta: metav1.ObjectMeta{Namespace: w.DispatchNamespace, Name: w.DispatchName}}
+		select {
+		case p.events <- event.GenericEvent{Object: d}:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	p.last = seen
+	return nil
+}

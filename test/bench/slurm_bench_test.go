@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/slurm"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
+	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
+)
+
+// BenchmarkSlurmDispatchThroughput measures how fast short TrainJobs go
+// from creation on the hub to started (RUNNING, or already done) Slurm
+// jobs, against the same jobs submitted straight to slurmrestd in the same
+// run. Both sides are timed on Slurm's own start times; the cluster runs at
+// most 16 of these 1-GPU jobs at once, so both are bounded by how fast
+// Slurm cycles them, and the ratio shows what trainyard adds.
+func BenchmarkSlurmDispatchThroughput(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("the Slurm harness needs root")
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	n := 200
+	if v, err := strconv.Atoi(os.Getenv("TRAINYARD_BENCH_JOBS")); err == nil && v > 0 {
+		n = v
+	}
+	ctx := context.Background()
+	cluster, err := hslurm.Start(ctx, hslurm.Options{Log: io.Discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = cluster.Stop() }()
+	fleet, err := kube.StartFleet(ctx, kube.FleetOptions{HubOnly: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fleet.Stop()
+	if err := trainyard.SetUpQueue(ctx, fleet.Hub, trainyard.Queue{
+		ClusterQueue: "cq", Namespace: "bench", LocalQueue: "lq", Flavor: "hpc", GPUs: "10000",
+	}); err != nil {
+		b.Fatal(err)
+	}
+	rt := tytesting.MakeClusterTrainingRuntime("bench").Obj()
+	if err := fleet.Hub.Client.Create(ctx, rt); err != nil {
+		b.Fatal(err)
+	}
+	controllers, err := trainyard.Start(ctx, fleet, trainyard.Options{Flavor: "hpc", Slurm: []trainyard.SlurmTarget{{
+		Name: "hpc", Cluster: cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
+		Partitions: []v1alpha1.SlurmPartition{{Flavor: "hpc", Partition: "gpu"}},
+		Accounts:   []v1alpha1.SlurmAccount{{Namespace: "bench", User: "alice"}},
+	}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer controllers.Stop()
+	key := cluster.Path("/etc/slurm/jwt_hs256.key")
+	c, err := slurm.NewClient(cluster.URL, "v0.0.42",
+		&slurm.SigningKeySource{Key: func(context.Context) ([]byte, error) { return os.ReadFile(key) }}, "slurm", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		raw := rawSlurmJobs(b, c, n, i)
+		ty := slurmTrainJobs(b, fleet, c, n, i)
+		b.ReportMetric(float64(n)/raw.Seconds(), "raw-slurm-jobs/s")
+		b.ReportMetric(float64(n)/ty.Seconds(), "trainjobs/s")
+		b.ReportMetric(raw.Seconds()/ty.Seconds(), "ratio")
+		fmt.Printf("\n%-44s %8s %10s\n", "path (jobs created to Slurm started)", "seconds", "jobs/s")
+		fmt.Printf("%-44s %8.1f %10.1f\n", fmt.Sprintf("raw slurmrestd submissions (%d)", n), raw.Seconds(), float64(n)/raw.Seconds())
+		fmt.Printf("%-44s %8.1f %10.1f\n", fmt.Sprintf("trainyard TrainJobs to Slurm (%d)", n), ty.Seconds(), float64(n)/ty.Seconds())
+		fmt.Printf("%-44s %8s %10.2f\n\n", "trainyard / raw", "", raw.Seconds()/ty.Seconds())
+	}
+}
+
+// shortJob is what both paths run: the Torchrun launcher with `true`.
+func shortJob(name string) *slurm.Job {
+	return &slurm.Job{
+		Name: name, Comment: "bench-raw", Partition: "gpu", User: "alice", Nodes: 1, TasksPerNode: 1, GPUsPerNode: 1,
+		Env:    []string{slurm.EnvArgv + "=" + mustArgv("true"), slurm.EnvNprocPerNode + "=1"},
+		Script: slurm.Script(v1alpha1.LauncherTorchrun), StdoutPath: "/dev/null", StderrPath: "/dev/null",
+	}
+}
+
+func mustArgv(argv ...string) string {
+	s, err := slurm.EncodeArgv(argv)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func rawSlurmJobs(b *testing.B, c *slurm.Client, n, round int) time.Duration {
+	prefix := fmt.Sprintf("raw-%d-", round)
+	t0 := time.Now()
+	parallel(b, n, func(i int) error {
+		_, err := c.Submit(context.Background(), shortJob(prefix+strconv.Itoa(i)))
+		return err
+	})
+	waitStarted(b, c, prefix, n)
+	return time.Since(t0)
+}
+
+func slurmTrainJobs(b *testing.B, fleet *kube.Fleet, c *slurm.Client, n, round int) time.Duration {
+	ctx, hub := context.Background(), fleet.Hub.Client
+	prefix := fmt.Sprintf("ty-%d-", round)
+	t0 := time.Now()
+	parallel(b, n, func(i int) error {
+		return hub.Create(ctx, tytesting.MakeTrainJob(prefix+strconv.Itoa(i), "bench").Queue("lq").
+			RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(1).
+			Command([]string{"true"}).Obj())
+	})
+	waitStarted(b, c, prefix, n)
+	return time.Since(t0)
+}
+
+// waitStarted waits until n Slurm jobs named prefix* have a start time.
+func waitStarted(b *testing.B, c *slurm.Client, prefix string, n int) {
+	waitFor(b, "slurm jobs "+prefix+"* started", func() (int, error) {
+		jobs, err := c.Jobs(context.Background())
+		if err != nil {
+			return 0, err
+		}
+		started := map[string]bool{}
+		for i := range jobs {
+			j := &jobs[i]
+			if strings.HasPrefix(j.Name, prefix) && slurm.StatusOf(j).Phase != v1alpha1.DispatchSubmitted {
+				started[j.Name] = true
+			}
+		}
+		return len(started), nil
+	}, n)
+}

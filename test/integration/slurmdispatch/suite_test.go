@@ -1,0 +1,128 @@
+// Package slurmdispatch runs trainyard end to end onto Slurm: a hub with
+// Kueue and trainyard's hub controllers, the real Slurm 24.11 cluster of the
+// harness registered as a Slurm Target, and its agent minting per-user
+// tokens. TrainJobs run as batch jobs through slurmrestd.
+package slurmdispatch
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
+	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
+	"github.com/trainyard-dev/trainyard/test/util"
+)
+
+const (
+	flavor     = "hpc-gpu"
+	tenant     = "team-a"
+	queue      = "lq"
+	targetName = "hpc"
+	// slurmUser is who team-a's jobs run as, set by the administrator.
+	slurmUser = "alice"
+)
+
+var env struct {
+	fleet       *kube.Fleet
+	cluster     *hslurm.Cluster
+	controllers *trainyard.Controllers
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("skipping Slurm dispatch tests in -short mode")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) (code int) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-slurm-controllers.log")), zap.UseDevMode(true)))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var err error
+	if env.cluster, err = hslurm.Start(ctx, hslurm.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "start Slurm:", err)
+		return 1
+	}
+	defer func() {
+		if err := env.cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: stop Slurm cluster:", err)
+			code = 1
+		}
+	}()
+	if err := buildMPIHello(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "build MPI hello:", err)
+		return 1
+	}
+	if env.fleet, err = kube.StartFleet(ctx, kube.FleetOptions{HubOnly: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")}); err != nil {
+		fmt.Fprintln(os.Stderr, "start hub:", err)
+		return 1
+	}
+	defer func() {
+		if env.controllers != nil {
+			env.controllers.Stop()
+		}
+		util.DumpLogsOnFailure(code, env.fleet.Hub)
+		_ = env.fleet.Stop()
+	}()
+	q := trainyard.Queue{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}
+	if err := trainyard.SetUpQueue(ctx, env.fleet.Hub, q); err != nil {
+		fmt.Fprintln(os.Stderr, "set up queues:", err)
+		return 1
+	}
+	env.controllers, err = trainyard.Start(ctx, env.fleet, trainyard.Options{
+		Flavor: flavor, LostTargetTimeout: time.Minute, HeartbeatInterval: time.Second,
+		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
+		Slurm: []trainyard.SlurmTarget{{
+			Name: targetName, Cluster: env.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
+			Partitions: []v1alpha1.SlurmPartition{{Flavor: flavor, Partition: "gpu"}},
+			Accounts:   []v1alpha1.SlurmAccount{{Namespace: tenant, User: slurmUser}},
+		}},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start trainyard:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// mpiHello prints one line per rank: its rank, the world size and the node.
+const mpiHello = `#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+  int rank, size, len; char host[MPI_MAX_PROCESSOR_NAME];
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Get_processor_name(host, &len);
+  int sum = 0;
+  MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  const char *node = getenv("SLURMD_NODENAME");
+  printf("hello rank=%d size=%d node=%s sum=%d\n", rank, size, node ? node : "?", sum);
+  MPI_Finalize();
+  return 0;
+}
+`
+
+// buildMPIHello compiles the MPI program in alice's home with the chroot's
+// Open MPI, as a user of the cluster would.
+func buildMPIHello(ctx context.Context) error {
+	src := env.cluster.Path("/home/" + slurmUser + "/mpi-hello.c")
+	if err := os.WriteFile(src, []byte(mpiHello), 0o644); err != nil {
+		return err
+	}
+	_, err := env.cluster.ExecAs(ctx, slurmUser, "mpicc", "-O2", "-o", "/home/"+slurmUser+"/mpi-hello", "/home/"+slurmUser+"/mpi-hello.c")
+	return err
+}
