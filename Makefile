@@ -38,6 +38,15 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code and CRD manifests.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=trainyard-hub paths=./hub/... output:rbac:artifacts:config=config/rbac/hub
+	$(MAKE) --no-print-directory charts
+
+HUB_CHART := charts/trainyard-hub
+
+.PHONY: charts
+charts: ## Copy the generated CRDs and hub role into the hub chart (test/integration/charts fails when they differ).
+	rm -f $(HUB_CHART)/crds/*.yaml
+	cp config/crd/bases/*.yaml $(HUB_CHART)/crds/
+	cp config/rbac/hub/role.yaml $(HUB_CHART)/files/hub-role.yaml
 
 $(CONTROLLER_GEN):
 	hack/build-tools.sh controller-gen

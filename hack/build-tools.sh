@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real binaries the harness runs (kube-apiserver, kube-controller-manager,
-# kube-scheduler, etcd, kwok, the JobSet and Kueue managers) and controller-gen, each
+# kube-scheduler, etcd, kwok, the JobSet and Kueue managers), controller-gen, and helm and
+# kustomize (for the chart tests), each
 # from its own tools module under hack/tools, with exact versions from the Go module proxy.
 #
 # Every binary is cached under $TRAINYARD_CACHE/bin/<tool>-<hash of its go.mod+go.sum>,
@@ -59,13 +60,27 @@ build_kueue() { go build -trimpath -ldflags "-s -w" -o "$1/kueue" sigs.k8s.io/ku
 build_controller-gen() {
   go build -trimpath -ldflags "-s -w" -o "$1/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
 }
+# helm's own Makefile stamps its version and, from client-go's, the Kubernetes version it
+# renders and lints for (the built-in default is 1.20, too old for the charts' kubeVersion).
+build_helm() {
+  local v kv ld
+  v=$(go list -m -f '{{.Version}}' helm.sh/helm/v3)
+  kv=$(go list -m -f '{{.Version}}' k8s.io/client-go) # v0.MINOR.PATCH
+  kv=${kv#v0.}; kv=${kv%%.*}
+  ld="-s -w -X helm.sh/helm/v3/internal/version.version=$v"
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$kv"
+  done
+  go build -trimpath -ldflags "$ld" -o "$1/helm" helm.sh/helm/v3/cmd/helm
+}
+build_kustomize() { go build -trimpath -ldflags "-s -w" -o "$1/kustomize" sigs.k8s.io/kustomize/kustomize/v5; }
 
 tools=("$@")
-[ ${#tools[@]} -gt 0 ] || tools=(etcd k8s kwok jobset kueue controller-gen)
+[ ${#tools[@]} -gt 0 ] || tools=(etcd k8s kwok jobset kueue controller-gen helm kustomize)
 for t in "${tools[@]}"; do
   case $t in
     k8s) build k8s kube-apiserver kube-controller-manager kube-scheduler ;;
-    etcd|kwok|jobset|kueue|controller-gen) build "$t" "$t" ;;
+    etcd|kwok|jobset|kueue|controller-gen|helm|kustomize) build "$t" "$t" ;;
     *) echo "unknown tool $t" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,201 @@
+package charts
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// TestAgentKubernetes: a Kubernetes agent reads nodes, pods and JobSets
+// across its spoke, writes JobSets only in the jobs namespace, and runs
+// with leader election, probes and the hub kubeconfig mounted where its
+// flag points.
+func TestAgentKubernetes(t *testing.T) {
+	objs := agentRelease().render(t)
+	sa := objs.one(t, "ServiceAccount")
+	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.GetName(), Namespace: releaseNS}}
+
+	cr := as[rbacv1.ClusterRole](t, objs.one(t, "ClusterRole"))
+	for _, r := range []struct{ group, resource string }{{"", "nodes"}, {"", "pods"}, {"jobset.x-k8s.io", "jobsets"}} {
+		if !grants(cr.Rules, r.group, r.resource, "get", "list", "watch") {
+			t.Errorf("ClusterRole does not let the agent read %s: %+v", r.resource, cr.Rules)
+		}
+	}
+	for _, rule := range cr.Rules {
+		for _, v := range rule.Verbs {
+			if !slices.Contains([]string{"get", "list", "watch"}, v) {
+				t.Errorf("ClusterRole grants %s on %v cluster-wide; writes belong in the jobs namespace", v, rule.Resources)
+			}
+		}
+		if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") {
+			t.Errorf("ClusterRole grants %v", rule.Resources)
+		}
+	}
+	crb := as[rbacv1.ClusterRoleBinding](t, objs.one(t, "ClusterRoleBinding"))
+	if crb.RoleRef.Name != cr.Name || !cmp.Equal(subject, crb.Subjects) {
+		t.Errorf("ClusterRoleBinding %+v -> %+v, want %s -> %+v", crb.RoleRef, crb.Subjects, cr.Name, subject)
+	}
+
+	role := as[rbacv1.Role](t, objs.one(t, "Role"))
+	if role.Namespace != jobsNS || !grants(role.Rules, "jobset.x-k8s.io", "jobsets", "get", "list", "watch", "create", "delete") {
+		t.Errorf("Role %s/%s = %+v, want JobSet create/get/list/watch/delete in %s", role.Namespace, role.Name, role.Rules, jobsNS)
+	}
+	if grants(role.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "create") {
+		t.Error("LeaderWorkerSets granted without kubernetes.leaderWorkerSet")
+	}
+	rb := as[rbacv1.RoleBinding](t, objs.one(t, "RoleBinding"))
+	if rb.Namespace != jobsNS || rb.RoleRef.Name != role.Name || !cmp.Equal(subject, rb.Subjects) {
+		t.Errorf("RoleBinding %s/%s %+v -> %+v, want %s/%s -> %+v", rb.Namespace, rb.Name, rb.RoleRef, rb.Subjects, jobsNS, role.Name, subject)
+	}
+	// Names stay clear of the hub RBAC hub/targets.AgentRBAC makes
+	// (trainyard-agent-<target>), should the spoke be the hub cluster.
+	for _, o := range append(objs.ofKind("ClusterRole"), objs.ofKind("ClusterRoleBinding")...) {
+		if o.GetName() == "trainyard-agent-spoke1" {
+			t.Errorf("%s has the name of the target's hub RBAC", key(o))
+		}
+	}
+
+	d := as[appsv1.Deployment](t, objs.one(t, "Deployment"))
+	c := container(t, d, "agent")
+	for _, a := range []string{"--target=spoke1", "--backend=kubernetes", "--leader-elect=true",
+		"--health-probe-bind-address=:8081", "--metrics-bind-address=:8080"} {
+		if !slices.Contains(c.Args, a) {
+			t.Errorf("agent args %q lack %q", c.Args, a)
+		}
+	}
+	checkProbes(t, c, 8081)
+	checkHardened(t, d, c)
+	if d.Spec.Template.Spec.ServiceAccountName != sa.GetName() {
+		t.Errorf("pod runs as %q, not the chart's ServiceAccount", d.Spec.Template.Spec.ServiceAccountName)
+	}
+	if got := secretFileOf(t, d, c, flagValue(c, "--hub-kubeconfig")); got != "trainyard-hub-kubeconfig/kubeconfig" {
+		t.Errorf("--hub-kubeconfig reads %q, want Secret trainyard-hub-kubeconfig key kubeconfig", got)
+	}
+
+	lws := agentRelease("--set", "kubernetes.leaderWorkerSet=true", "--set", "kubernetes.jobsNamespace=ml-jobs").render(t)
+	role = as[rbacv1.Role](t, lws.one(t, "Role"))
+	if role.Namespace != "ml-jobs" || !grants(role.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "create", "delete") {
+		t.Errorf("with leaderWorkerSet, Role %s = %+v, want LeaderWorkerSet writes in ml-jobs", role.Namespace, role.Rules)
+	}
+	if cr := as[rbacv1.ClusterRole](t, lws.one(t, "ClusterRole")); !grants(cr.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "list", "watch") {
+		t.Errorf("with leaderWorkerSet, ClusterRole = %+v, want LeaderWorkerSet reads", cr.Rules)
+	}
+}
+
+// TestAgentSlurm: a Slurm agent gets no spoke RBAC and finds its slurmrestd
+// credential as files from a Secret mounted without subPath (so rotation
+// reaches it), readable by its non-root user.
+func TestAgentSlurm(t *testing.T) {
+	objs := slurmRelease().render(t)
+	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		if n := len(objs.ofKind(kind)); n != 0 {
+			t.Errorf("a Slurm agent needs no spoke RBAC, rendered %d %s", n, kind)
+		}
+	}
+	d := as[appsv1.Deployment](t, objs.one(t, "Deployment"))
+	c := container(t, d, "agent")
+	for _, a := range []string{"--target=slurm1", "--backend=slurm", "--leader-elect=true"} {
+		if !slices.Contains(c.Args, a) {
+			t.Errorf("agent args %q lack %q", c.Args, a)
+		}
+	}
+	checkProbes(t, c, 8081)
+	checkHardened(t, d, c)
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	cred, ok := mounts["/etc/trainyard/slurm"]
+	if !ok || cred.SubPath != "" || !cred.ReadOnly {
+		t.Fatalf("credential mount = %+v (present %v), want read-only /etc/trainyard/slurm without subPath", cred, ok)
+	}
+	vol := volume(t, d, cred.Name)
+	if vol.Secret == nil || vol.Secret.SecretName != "slurm1-jwt" || vol.Secret.DefaultMode == nil || *vol.Secret.DefaultMode != 0o440 {
+		t.Errorf("credential volume = %+v, want Secret slurm1-jwt mode 0440", vol.VolumeSource)
+	}
+	if fs := d.Spec.Template.Spec.SecurityContext.FSGroup; fs == nil {
+		t.Error("no fsGroup: the non-root agent cannot read its 0440 credential")
+	}
+	topo, ok := mounts["/etc/trainyard/slurm-topology"]
+	if !ok {
+		t.Fatalf("topology ConfigMap not mounted: %+v", c.VolumeMounts)
+	}
+	if v := volume(t, d, topo.Name); v.ConfigMap == nil || v.ConfigMap.Name != "slurm1-topology" {
+		t.Errorf("topology volume = %+v, want ConfigMap slurm1-topology", v.VolumeSource)
+	}
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--slurm-") {
+			t.Errorf("Slurm flag %q passed though its value is empty (the agent's default applies)", a)
+		}
+	}
+
+	// The credential read from the hub (spec.slurm.auth.secretRef): nothing
+	// mounted; the Slurm flags from values.
+	d = as[appsv1.Deployment](t, slurmRelease("--set", "slurm.credentialSecret=", "--set", "slurm.serviceUser=slurm",
+		"--set", "slurm.pollInterval=5s").render(t).one(t, "Deployment"))
+	c = container(t, d, "agent")
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == "/etc/trainyard/slurm" {
+			t.Errorf("no credentialSecret, yet %s is mounted", m.MountPath)
+		}
+	}
+	for _, a := range []string{"--slurm-service-user=slurm", "--slurm-poll-interval=5s"} {
+		if !slices.Contains(c.Args, a) {
+			t.Errorf("agent args %q lack %q", c.Args, a)
+		}
+	}
+	if k := agentRelease("--set", "slurm.serviceUser=slurm").render(t); slices.ContainsFunc(container(t,
+		as[appsv1.Deployment](t, k.one(t, "Deployment")), "agent").Args, func(a string) bool { return strings.HasPrefix(a, "--slurm-") }) {
+		t.Error("a Kubernetes agent is passed Slurm flags")
+	}
+}
+
+func flagValue(c *corev1.Container, flag string) string {
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func volume(t *testing.T, d *appsv1.Deployment, name string) *corev1.Volume {
+	t.Helper()
+	for i, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == name {
+			return &d.Spec.Template.Spec.Volumes[i]
+		}
+	}
+	t.Fatalf("no volume %s", name)
+	return nil
+}
+
+// secretFileOf resolves a file path in the container to "secret/key".
+func secretFileOf(t *testing.T, d *appsv1.Deployment, c *corev1.Container, path string) string {
+	t.Helper()
+	for _, m := range c.VolumeMounts {
+		rel, ok := strings.CutPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")
+		if !ok {
+			continue
+		}
+		v := volume(t, d, m.Name)
+		if v.Secret == nil {
+			break
+		}
+		if len(v.Secret.Items) == 0 {
+			return v.Secret.SecretName + "/" + rel
+		}
+		for _, it := range v.Secret.Items {
+			if it.Path == rel {
+				return v.Secret.SecretName + "/" + it.Key
+			}
+		}
+	}
+	t.Fatalf("%q is not a file of a mounted Secret", path)
+	return ""
+}

@@ -1,0 +1,153 @@
+package charts
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/jobset"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/spoke"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/util"
+)
+
+// needsCRDs are rendered kinds whose CRDs (cert-manager, Prometheus
+// Operator) the test API server does not have.
+var needsCRDs = map[string]bool{"Certificate": true, "Issuer": true, "ServiceMonitor": true}
+
+// TestChartsOnAPIServer installs both rendered charts, hub and a
+// Kubernetes agent, into one real API server (the spoke is the hub
+// cluster), with strict field validation. The agent's JobSet backend then
+// runs Capacity, Submit, Observe, ListRemote and Cancel as the chart's
+// ServiceAccount, so the spoke RBAC is proven sufficient, and writes outside
+// the jobs namespace are refused, so it is proven narrow.
+func TestChartsOnAPIServer(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := kube.Start(ctx, kube.Options{Name: "charts", CRDs: []string{kube.CRDsJobSet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Stop() }()
+	for _, ns := range []string{releaseNS, jobsNS} {
+		g.Expect(c.EnsureNamespace(ctx, ns)).To(Succeed())
+	}
+
+	hub := hubRelease().render(t)
+	install(ctx, t, c, hub)
+	for _, crd := range hub.ofKind("CustomResourceDefinition") {
+		g.Eventually(func(g Gomega) {
+			var got apiextensionsv1.CustomResourceDefinition
+			g.Expect(c.Client.Get(ctx, client.ObjectKey{Name: crd.GetName()}, &got)).To(Succeed())
+			g.Expect(established(&got)).To(BeTrue(), "CRD %s not Established", got.Name)
+		}, util.Timeout, util.Interval).Should(Succeed())
+	}
+	hubSA := "system:serviceaccount:" + releaseNS + ":trainyard-hub"
+	for _, ra := range []struct {
+		attrs authzv1.ResourceAttributes
+		want  bool
+	}{
+		{authzv1.ResourceAttributes{Group: v1alpha1.GroupVersion.Group, Resource: "dispatches", Verb: "create", Namespace: "trainyard-spoke1"}, true},
+		{authzv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Namespace: releaseNS}, true},
+		{authzv1.ResourceAttributes{Resource: "secrets", Verb: "get", Namespace: releaseNS}, false},
+		{authzv1.ResourceAttributes{Group: "kueue.x-k8s.io", Resource: "workloads", Verb: "delete", Namespace: "team-a"}, false},
+	} {
+		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: hubSA,
+			Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &ra.attrs}}
+		g.Expect(c.Client.Create(ctx, sar)).To(Succeed())
+		g.Expect(sar.Status.Allowed).To(Equal(ra.want), "hub may %s %s in %q", ra.attrs.Verb, ra.attrs.Resource, ra.attrs.Namespace)
+	}
+
+	install(ctx, t, c, agentRelease().render(t))
+	cfg, err := c.AddUser("system:serviceaccount:"+releaseNS+":trainyard-agent-spoke1",
+		"system:serviceaccounts", "system:serviceaccounts:"+releaseNS, "system:authenticated")
+	g.Expect(err).NotTo(HaveOccurred())
+	// The spoke side of the agent as spoke/kubernetes.go builds it: a
+	// cluster-wide cache, a JobSet informer for remote events.
+	cl, err := cluster.New(cfg, func(o *cluster.Options) { o.Scheme = spoke.SpokeScheme() })
+	g.Expect(err).NotTo(HaveOccurred())
+	go func() { _ = cl.Start(ctx) }()
+	g.Expect(cl.GetCache().WaitForCacheSync(ctx)).To(BeTrue(), "the agent's spoke cache did not start")
+	_, err = cl.GetCache().GetInformer(ctx, &jobsetapi.JobSet{})
+	g.Expect(err).NotTo(HaveOccurred(), "the agent cannot watch JobSets")
+	b := jobset.New(cl.GetClient(), jobset.Options{Namespace: jobsNS, LiveReader: cl.GetAPIReader()})
+	// A read the RBAC forbids never syncs its informer: bound each call.
+	call := func() context.Context {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		t.Cleanup(cancel)
+		return cctx
+	}
+
+	_, err = b.Capacity(call())
+	g.Expect(err).NotTo(HaveOccurred(), "Capacity as the agent")
+	tj := tyt.MakeTrainJob("train-rbac", "team-a").Queue("lq").Suspend(true).NumNodes(1).Obj()
+	d := tyt.MakeDispatch("rbac", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tyt.TorchRuntimeSpec(1)).
+		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 1}).Obj()
+	ref, err := b.Submit(call(), d)
+	g.Expect(err).NotTo(HaveOccurred(), "Submit as the agent")
+	g.Expect(ref.Namespace).To(Equal(jobsNS))
+	_, err = b.Observe(call(), d)
+	g.Expect(err).NotTo(HaveOccurred(), "Observe as the agent")
+	g.Eventually(func(g Gomega) {
+		work, err := b.ListRemote(call())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(work).To(HaveLen(1))
+	}, util.Timeout, util.Interval).Should(Succeed())
+	_, err = b.Cancel(call(), d)
+	g.Expect(err).NotTo(HaveOccurred(), "Cancel as the agent")
+
+	direct, err := client.New(cfg, client.Options{Scheme: spoke.SpokeScheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	outside := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "outside", Namespace: "default"}}
+	for what, err := range map[string]error{
+		"create a JobSet in default": direct.Create(ctx, outside),
+		"list Secrets":               direct.List(ctx, &corev1.SecretList{}),
+		"create a Namespace":         direct.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x"}}),
+		"delete a Node":              direct.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}),
+	} {
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the agent may %s: %v", what, err)
+	}
+}
+
+// install creates every object the API server knows the kind of, CRDs
+// first, refusing unknown fields.
+func install(ctx context.Context, t *testing.T, c *kube.Cluster, objs objects) {
+	t.Helper()
+	crdsFirst := append(objs.ofKind("CustomResourceDefinition"), objects{}...)
+	for _, o := range objs {
+		if o.GetKind() != "CustomResourceDefinition" {
+			crdsFirst = append(crdsFirst, o)
+		}
+	}
+	for _, o := range crdsFirst {
+		if needsCRDs[o.GetKind()] {
+			continue
+		}
+		if err := c.Client.Create(ctx, o.DeepCopy(), client.FieldValidation("Strict")); err != nil {
+			t.Fatalf("create %s: %v", key(o), err)
+		}
+	}
+}
+
+func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, cond := range crd.Status.Conditions {
+		if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
