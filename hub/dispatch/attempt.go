@@ -126,14 +126,14 @@ func (r *Reconciler) placeAndCreate(ctx context.Context, s *state, tj *trainer.T
 	if err != nil {
 		return decision, nil, err
 	}
-	d, err := r.newDispatch(ctx, s.wl, tj, rt, req, decision.Target, attempt)
+	d, err := r.newDispatch(ctx, s.wl, tj, rt, req, decision, attempt)
 	if err != nil {
 		return decision, nil, err
 	}
 	if err := r.client.Create(ctx, d); err != nil && !apierrors.IsAlreadyExists(err) {
 		return decision, nil, err
 	}
-	r.ledger.add(d.Namespace+"/"+d.Name, decision.Target, req.GPUs(), r.clock.Now())
+	r.ledger.add(d.Namespace+"/"+d.Name, decision.Target, req.GPUs(), decision.Reservations(), r.clock.Now())
 	return decision, d, nil
 }
 
@@ -178,19 +178,37 @@ func (r *Reconciler) place(ctx context.Context, req placement.Request) (placemen
 	for _, d := range dispatches.Items {
 		seen[d.Namespace+"/"+d.Name] = true
 	}
-	inFlight := r.ledger.inFlight(seen, r.clock.Now())
+	inFlight, onNodes := r.ledger.inFlight(seen, r.clock.Now())
+	nodeLevel := map[string]string{}
+	for _, t := range targets.Items {
+		if tp := t.Status.Topology; tp != nil && len(tp.Levels) > 0 {
+			nodeLevel[t.Name] = tp.Levels[len(tp.Levels)-1]
+		}
+	}
 	for _, d := range dispatches.Items {
 		if inFlightOn(&d, heartbeat[d.Spec.TargetName]) {
 			n, _ := strconv.ParseInt(d.Annotations[v1alpha1.AnnotationGPUs], 10, 64)
 			inFlight[d.Spec.TargetName] += n
+			onNodes[d.Spec.TargetName] = append(onNodes[d.Spec.TargetName], reservationsOf(&d, n, nodeLevel[d.Spec.TargetName])...)
 		}
 	}
 	candidates := make([]placement.Candidate, 0, len(targets.Items))
 	for i := range targets.Items {
 		t := &targets.Items[i]
-		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: inFlight[t.Name]})
+		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: inFlight[t.Name], InFlight: onNodes[t.Name]})
 	}
 	return placement.Choose(req, candidates)
+}
+
+// reservationsOf reads the nodes a Dispatch's pods were assigned to. The
+// Dispatch records only its total GPUs, so the GPUs per pod are known, and
+// the nodes used, only for a single pod set; others stay unattributed.
+func reservationsOf(d *v1alpha1.Dispatch, gpus int64, nodeLevel string) []placement.Reservation {
+	if len(d.Spec.PodSets) != 1 || d.Spec.PodSets[0].Count == 0 || nodeLevel == "" {
+		return nil
+	}
+	ps := d.Spec.PodSets[0]
+	return placement.ReservationsOf(ps.Topology, gpus/int64(ps.Count), nodeLevel)
 }
 
 // inFlightOn reports whether d's GPUs may be missing from its target's
@@ -230,7 +248,17 @@ func requestOf(wl *kueue.Workload) placement.Request {
 		if c, ok := counts[ps.Name]; ok {
 			count = c
 		}
-		req.PodSets = append(req.PodSets, placement.PodSet{Name: string(ps.Name), Count: count, GPUsPerPod: podGPUs(&ps.Template.Spec)})
+		required, preferred := placement.PodSetTopology(ps.Template.Annotations)
+		if tr := ps.TopologyRequest; tr != nil {
+			if tr.Required != nil {
+				required = *tr.Required
+			}
+			if tr.Preferred != nil {
+				preferred = *tr.Preferred
+			}
+		}
+		req.PodSets = append(req.PodSets, placement.PodSet{Name: string(ps.Name), Count: count,
+			GPUsPerPod: podGPUs(&ps.Template.Spec), Required: required, Preferred: preferred})
 	}
 	for f := range flavors {
 		req.Flavors = append(req.Flavors, f)
@@ -290,7 +318,8 @@ func hasFinalizer(wl *kueue.Workload) bool {
 
 // newDispatch builds the Dispatch of one attempt in the target's agent namespace.
 func (r *Reconciler) newDispatch(ctx context.Context, wl *kueue.Workload, tj *trainer.TrainJob,
-	rt *v1alpha1.RuntimeSnapshot, req placement.Request, targetName string, attempt int32) (*v1alpha1.Dispatch, error) {
+	rt *v1alpha1.RuntimeSnapshot, req placement.Request, decision placement.Decision, attempt int32) (*v1alpha1.Dispatch, error) {
+	targetName := decision.Target
 	var t v1alpha1.Target
 	if err := r.client.Get(ctx, client.ObjectKey{Name: targetName}, &t); err != nil {
 		return nil, err
@@ -335,6 +364,17 @@ func (r *Reconciler) newDispatch(ctx context.Context, wl *kueue.Workload, tj *tr
 			Name: ps.Name, Count: ps.Count, Flavors: flavors[kueue.PodSetReference(ps.Name)],
 		})
 	}
+	// Only pod sets with a topology request are pinned to their domain;
+	// the others may land anywhere on the target, as the remote scheduler
+	// sees fit.
+	constrained := decision
+	constrained.PodSets = nil
+	for _, a := range decision.PodSets {
+		if a.Level != "" {
+			constrained.PodSets = append(constrained.PodSets, a)
+		}
+	}
+	constrained.Apply(d.Spec.PodSets)
 	return d, nil
 }
 

@@ -69,6 +69,19 @@ func TestRequestOf(t *testing.T) {
 			}}}, t0).Obj(),
 			want: placement.Request{Flavors: []string{"a100"}, PodSets: []placement.PodSet{{Name: "node", Count: 3, GPUsPerPod: 1}}},
 		},
+		"topology request from Kueue's pod set": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 4).Request(gpu, "8").RequiredTopologyRequest("rack").Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 4, GPUsPerPod: 8, Required: "rack"}}},
+		},
+		"topology request from the pod template's annotation": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 2).Request(gpu, "1").
+					Annotations(map[string]string{placement.PreferredTopologyAnnotation: "block"}).Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 2, GPUsPerPod: 1, Preferred: "block"}}},
+		},
 		"GPUs from limits when there are no requests": {
 			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
 				*kueuetesting.MakePodSet("node", 1).Containers(gpuContainer("c", "", "2")).Obj(),

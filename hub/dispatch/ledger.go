@@ -3,6 +3,8 @@ package dispatch
 import (
 	"sync"
 	"time"
+
+	"github.com/trainyard-dev/trainyard/hub/placement"
 )
 
 // ledger makes placement decisions atomic. Workers place concurrently and
@@ -19,7 +21,9 @@ type ledger struct {
 type reservation struct {
 	target string
 	gpus   int64
-	at     time.Time
+	// nodes are the GPUs the decision booked on each node, when known.
+	nodes []placement.Reservation
+	at    time.Time
 }
 
 // ledgerTTL bounds how long a reservation waits for the cache; a watch is
@@ -28,20 +32,22 @@ const ledgerTTL = time.Minute
 
 func newLedger() *ledger { return &ledger{pending: map[string]reservation{}} }
 
-// inFlight returns the GPUs per target of reservations the cache has not
-// shown yet, dropping those it has (seen) or that are stale.
-func (l *ledger) inFlight(seen map[string]bool, now time.Time) map[string]int64 {
-	out := map[string]int64{}
+// inFlight returns the GPUs per target, and those booked on known nodes, of
+// reservations the cache has not shown yet, dropping those it has (seen)
+// or that are stale.
+func (l *ledger) inFlight(seen map[string]bool, now time.Time) (map[string]int64, map[string][]placement.Reservation) {
+	gpus, nodes := map[string]int64{}, map[string][]placement.Reservation{}
 	for key, r := range l.pending {
 		if seen[key] || now.Sub(r.at) > ledgerTTL {
 			delete(l.pending, key)
 			continue
 		}
-		out[r.target] += r.gpus
+		gpus[r.target] += r.gpus
+		nodes[r.target] = append(nodes[r.target], r.nodes...)
 	}
-	return out
+	return gpus, nodes
 }
 
-func (l *ledger) add(key, target string, gpus int64, now time.Time) {
-	l.pending[key] = reservation{target: target, gpus: gpus, at: now}
+func (l *ledger) add(key, target string, gpus int64, nodes []placement.Reservation, now time.Time) {
+	l.pending[key] = reservation{target: target, gpus: gpus, nodes: nodes, at: now}
 }
