@@ -42,7 +42,7 @@ func newDevCommand() *cobra.Command {
 	up.Flags().BoolVar(&o.noSlurm, "no-slurm", false, "do not start the Slurm cluster")
 	up.Flags().IntVar(&o.nodes, "nodes", 4, "kwok GPU nodes per spoke")
 	up.Flags().Int64Var(&o.gpus, "gpus-per-node", 8, "GPUs per kwok node")
-	up.Flags().IntVar(&o.samples, "samples", 6, "sample TrainJobs (2 nodes x 4 GPUs) to submit; more than one spoke holds, so both are used")
+	up.Flags().IntVar(&o.samples, "samples", 6, "sample TrainJobs (2 nodes x 4 GPUs) to submit; best-fit placement spreads them over Slurm and both spokes")
 	dev.AddCommand(up)
 	return dev
 }
@@ -94,7 +94,7 @@ func devUp(ctx context.Context, o devOptions) error {
 		fmt.Fprintf(w, "slurm\tSlurm 24.11 (slurmrestd)\t%s (chroot %s)\n", sl.URL, sl.Root)
 	}
 	w.Flush()
-	controllers, err := startTrainyard(ctx, fleet, o)
+	controllers, err := startTrainyard(ctx, fleet, sl, o)
 	if err != nil {
 		return err
 	}

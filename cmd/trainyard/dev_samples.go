@@ -17,6 +17,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/harness/slurm"
 	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
 )
 
@@ -29,14 +30,16 @@ const (
 
 // startTrainyard sets up a sample quota (a ClusterQueue with trainyard's
 // admission check), a torch runtime, and runs the hub and one agent per
-// spoke in this process, logging to the sandbox folder.
-func startTrainyard(ctx context.Context, fleet *kube.Fleet, o devOptions) (*trainyard.Controllers, error) {
+// spoke and for the Slurm cluster in this process, logging to the sandbox
+// folder. The Slurm target "hpc" serves the same flavor from its gpu
+// partition, running team-a's jobs as the Unix user alice.
+func startTrainyard(ctx context.Context, fleet *kube.Fleet, sl *slurm.Cluster, o devOptions) (*trainyard.Controllers, error) {
 	logFile, err := os.Create(filepath.Join(o.dir, "trainyard.log"))
 	if err != nil {
 		return nil, err
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logFile)))
-	gpus := fmt.Sprint(int64(o.spokes*o.nodes) * o.gpus)
+	gpus := fmt.Sprint(int64(o.spokes*o.nodes)*o.gpus + slurmGPUs)
 	if err := trainyard.SetUpQueue(ctx, fleet.Hub, trainyard.Queue{
 		ClusterQueue: "team-a", Namespace: sampleNamespace, LocalQueue: sampleQueue, Flavor: sampleFlavor, GPUs: gpus,
 	}); err != nil {
@@ -47,17 +50,33 @@ func startTrainyard(ctx context.Context, fleet *kube.Fleet, o devOptions) (*trai
 	if err := fleet.Hub.Client.Create(ctx, rt); err != nil {
 		return nil, err
 	}
-	return trainyard.Start(ctx, fleet, trainyard.Options{
+	opts := trainyard.Options{
 		Flavor: sampleFlavor, TopologyLevels: []string{"topology.kubernetes.io/rack"},
 		HeartbeatInterval: 2 * time.Second,
-	})
+	}
+	if sl != nil {
+		opts.Slurm = []trainyard.SlurmTarget{{Name: "hpc", Cluster: sl, APIVersion: "v0.0.42",
+			Accounts: []v1alpha1.SlurmAccount{{Namespace: sampleNamespace, User: "alice"}}}}
+	}
+	return trainyard.Start(ctx, fleet, opts)
 }
+
+// slurmGPUs are the GPUs of the harness Slurm cluster's gpu partition.
+const slurmGPUs = 16
+
+// sampleProgram is what sample jobs run: kwok ignores it on the spokes; on
+// Slurm it prints the torch wiring it got and works for 45 seconds.
+const sampleProgram = `import os, time
+print("node rank", os.environ["PET_NODE_RANK"], "of", os.environ["PET_NNODES"], "master", os.environ["PET_MASTER_ADDR"], flush=True)
+time.sleep(45)
+`
 
 // submitSamples submits n two-node TrainJobs of 4 GPUs per node.
 func submitSamples(ctx context.Context, fleet *kube.Fleet, n int) error {
 	for i := 0; i < n; i++ {
 		tj := tytesting.MakeTrainJob(fmt.Sprintf("sample-%d", i), sampleNamespace).Queue(sampleQueue).
-			RuntimeRef(trainer.ClusterTrainingRuntimeKind, sampleRuntime).NumNodes(2).GPUsPerNode(4).Obj()
+			RuntimeRef(trainer.ClusterTrainingRuntimeKind, sampleRuntime).NumNodes(2).GPUsPerNode(4).
+			Command([]string{"python3", "-c", sampleProgram}).Obj()
 		if err := fleet.Hub.Client.Create(ctx, tj); err != nil {
 			return fmt.Errorf("submit %s: %w", tj.Name, err)
 		}
