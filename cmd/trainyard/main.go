@@ -1,26 +1,18 @@
-// Command trainyard is trainyard's CLI (also installable as the kubectl
-// plugin kubectl-trainyard). Today it runs the local sandbox: `trainyard dev
-// up` starts a hub with Kueue, two kwok GPU spokes and a Slurm cluster on
-// this machine.
+// Command trainyard is trainyard's CLI, also installable as the kubectl
+// plugin kubectl-trainyard: `targets`, `jobs` and `describe` read the hub
+// cluster, `convert` turns Training Operator V1 jobs into TrainJobs, and
+// `trainyard dev up` starts a hub with Kueue, two kwok GPU spokes and a
+// Slurm cluster on this machine.
 package main
 
 import (
-	"fmt"
+	"context"
 	"os"
 
-	"github.com/spf13/cobra"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
 )
 
 func main() {
-	root := &cobra.Command{
-		Use:           "trainyard",
-		Short:         "Dispatch Kubeflow TrainJobs from a Kueue hub to Kubernetes spokes and Slurm clusters",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.AddCommand(newDevCommand())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
-	}
+	root := cli.NewRootCommand(cli.Options{Name: cli.CommandName(os.Args[0])}, newDevCommand())
+	os.Exit(cli.Execute(context.Background(), root, os.Args[1:]))
 }

@@ -1,0 +1,165 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"github.com/spf13/cobra"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// Runtimes a converted job refers to unless --runtime says otherwise.
+const (
+	DefaultTorchRuntime = "torch-distributed"
+	DefaultMPIRuntime   = "mpi-distributed"
+)
+
+// convertOptions are the flags of `trainyard convert`.
+type convertOptions struct {
+	file        string
+	runtime     string
+	runtimeKind string
+	output      string
+}
+
+func newConvertCommand(e *env) *cobra.Command {
+	o := convertOptions{}
+	cmd := &cobra.Command{
+		Use:   "convert -f FILE",
+		Short: "Convert Training Operator V1 PyTorchJobs and MPIJobs to TrainJobs",
+		Long: `Convert Training Operator V1 jobs (kubeflow.org/v1 PyTorchJob and MPIJob) to
+Kubeflow Trainer TrainJobs that refer to a runtime, and print them.
+
+numNodes comes from the Worker replicas (plus the Master for a PyTorchJob);
+image, command, args, env and resourcesPerNode from the training container
+(the Launcher's command for an MPIJob); the kueue.x-k8s.io/queue-name label
+and the other labels and annotations are kept. Every field that a TrainJob
+cannot carry (sidecars, volumes, node selectors, restart policies, ...) is
+named in a warning on stderr: move it into the runtime.`,
+		Example: e.examples("convert -f pytorchjob.yaml > trainjob.yaml", "convert -f mpijob.yaml --runtime deepspeed-distributed"),
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runConvert(e, o)
+		},
+	}
+	cmd.Flags().StringVarP(&o.file, "filename", "f", "", `file with one or more PyTorchJobs or MPIJobs ("-" reads stdin)`)
+	cmd.Flags().StringVar(&o.runtime, "runtime", "", "runtime the TrainJobs refer to (default "+DefaultTorchRuntime+" for PyTorchJobs, "+DefaultMPIRuntime+" for MPIJobs)")
+	cmd.Flags().StringVar(&o.runtimeKind, "runtime-kind", trainer.ClusterTrainingRuntimeKind, "kind of the runtime: ClusterTrainingRuntime or TrainingRuntime")
+	addOutputFlag(cmd, &o.output, outputYAML, outputJSON)
+	_ = cmd.MarkFlagRequired("filename")
+	return cmd
+}
+
+func runConvert(e *env, o convertOptions) error {
+	if err := checkOutput(o.output, outputYAML, outputJSON); err != nil {
+		return err
+	}
+	if o.runtimeKind != trainer.ClusterTrainingRuntimeKind && o.runtimeKind != trainer.TrainingRuntimeKind {
+		return fmt.Errorf("--runtime-kind must be %s or %s, not %q", trainer.ClusterTrainingRuntimeKind, trainer.TrainingRuntimeKind, o.runtimeKind)
+	}
+	in, err := readInput(e.In, o.file)
+	if err != nil {
+		return err
+	}
+	docs, err := splitDocuments(in)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.file, err)
+	}
+	if len(docs) == 0 {
+		return fmt.Errorf("%s: no objects to convert", o.file)
+	}
+	var jobs []*trainer.TrainJob
+	for i, doc := range docs {
+		tj, warnings, err := Convert(doc, ConvertOptions{Runtime: o.runtime, RuntimeKind: o.runtimeKind})
+		if err != nil {
+			return fmt.Errorf("%s: document %d: %w", o.file, i+1, err)
+		}
+		for _, w := range warnings {
+			fmt.Fprintln(e.ErrOut, "warning:", w)
+		}
+		jobs = append(jobs, tj)
+	}
+	return printConverted(e.Out, o.output, jobs)
+}
+
+func readInput(stdin io.Reader, file string) ([]byte, error) {
+	if file == "-" {
+		return io.ReadAll(stdin)
+	}
+	return os.ReadFile(file)
+}
+
+// splitDocuments returns the non-empty YAML (or JSON) documents of in.
+func splitDocuments(in []byte) ([][]byte, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(in)))
+	var docs [][]byte
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		j, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, err
+		}
+		if t := strings.TrimSpace(string(j)); t != "null" && t != "" && t != "{}" {
+			docs = append(docs, j)
+		}
+	}
+}
+
+// printConverted writes the TrainJobs as YAML documents, or JSON (a List
+// for several, as kubectl prints them).
+func printConverted(w io.Writer, format string, jobs []*trainer.TrainJob) error {
+	objs := make([]map[string]any, 0, len(jobs))
+	for _, tj := range jobs {
+		m, err := newObject(tj)
+		if err != nil {
+			return err
+		}
+		objs = append(objs, m)
+	}
+	if format == outputJSON {
+		return printItems(w, outputJSON, objs, true)
+	}
+	for i, m := range objs {
+		if i > 0 {
+			fmt.Fprintln(w, "---")
+		}
+		if err := printStructured(w, outputYAML, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newObject is tj as a new object to create: without the empty fields Go's
+// encoder writes (creationTimestamp: null, status: {}).
+func newObject(tj *trainer.TrainJob) (map[string]any, error) {
+	b, err := json.Marshal(tj)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "creationTimestamp")
+	}
+	if st, ok := m["status"].(map[string]any); ok && len(st) == 0 {
+		delete(m, "status")
+	}
+	return m, nil
+}

@@ -1,0 +1,297 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
+	"github.com/trainyard-dev/trainyard/hub/snapshot"
+)
+
+// maxEvents bounds the events describe shows, newest kept.
+const maxEvents = 20
+
+// Description is everything `trainyard describe` shows about one TrainJob;
+// -o yaml|json prints it as is.
+type Description struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Queue     string `json:"queue,omitempty"`
+	// RuntimeRef is the TrainJob's runtime as Kind/name; RuntimeSource the
+	// runtime the hub pinned it from.
+	RuntimeRef    string             `json:"runtimeRef"`
+	RuntimeSource string             `json:"runtimeSource,omitempty"`
+	Created       metav1.Time        `json:"created"`
+	Phase         string             `json:"phase"`
+	Conditions    []metav1.Condition `json:"conditions,omitempty"`
+	Workload      *WorkloadInfo      `json:"workload,omitempty"`
+	// Placement is the live Dispatch.
+	Placement *Placement `json:"placement,omitempty"`
+	// Attempts are all Dispatches of the Workload still stored.
+	Attempts []AttemptInfo `json:"attempts,omitempty"`
+	Events   []EventInfo   `json:"events,omitempty"`
+}
+
+// WorkloadInfo is the Kueue Workload's admission and checks.
+type WorkloadInfo struct {
+	Name         string                   `json:"name"`
+	ClusterQueue string                   `json:"clusterQueue,omitempty"`
+	Conditions   []metav1.Condition       `json:"conditions,omitempty"`
+	PodSets      []kueue.PodSetAssignment `json:"podSetAssignments,omitempty"`
+	Checks       []CheckInfo              `json:"admissionChecks,omitempty"`
+}
+
+// CheckInfo is one admission check of the Workload.
+type CheckInfo struct {
+	Name  string           `json:"name"`
+	State kueue.CheckState `json:"state"`
+	// Trainyard marks the checks trainyard's dispatcher serves.
+	Trainyard          bool        `json:"trainyard"`
+	Message            string      `json:"message,omitempty"`
+	LastTransitionTime metav1.Time `json:"lastTransitionTime,omitzero"`
+}
+
+// Placement is where the live Dispatch runs the job and how it is doing.
+type Placement struct {
+	Dispatch       string                     `json:"dispatch"`
+	Target         string                     `json:"target"`
+	Attempt        int32                      `json:"attempt"`
+	PodSets        []v1alpha1.PodSetPlacement `json:"podSets"`
+	Runtime        RuntimeInfo                `json:"runtime"`
+	Phase          string                     `json:"phase"`
+	Reason         string                     `json:"reason,omitempty"`
+	Message        string                     `json:"message,omitempty"`
+	Remote         *v1alpha1.RemoteRef        `json:"remote,omitempty"`
+	ExitCode       *int32                     `json:"exitCode,omitempty"`
+	StartTime      *metav1.Time               `json:"startTime,omitempty"`
+	CompletionTime *metav1.Time               `json:"completionTime,omitempty"`
+}
+
+// RuntimeInfo is the Dispatch's runtime snapshot without its spec.
+type RuntimeInfo struct {
+	Kind v1alpha1.RuntimeKind `json:"kind"`
+	Name string               `json:"name"`
+	Hash string               `json:"hash"`
+}
+
+// AttemptInfo is one stored Dispatch of the Workload.
+type AttemptInfo struct {
+	Dispatch string `json:"dispatch"`
+	Target   string `json:"target"`
+	Attempt  int32  `json:"attempt"`
+	Phase    string `json:"phase,omitempty"`
+	Live     bool   `json:"live"`
+	Deleting bool   `json:"deleting,omitempty"`
+}
+
+// EventInfo is one event of the TrainJob or its Workload.
+type EventInfo struct {
+	Object  string      `json:"object"`
+	Type    string      `json:"type"`
+	Reason  string      `json:"reason"`
+	From    string      `json:"from,omitempty"`
+	Count   int32       `json:"count,omitempty"`
+	Last    metav1.Time `json:"last"`
+	Message string      `json:"message"`
+}
+
+func newDescribeCommand(e *env) *cobra.Command {
+	var (
+		f   hubFlags
+		out string
+	)
+	formats := []string{outputYAML, outputJSON, outputName}
+	cmd := &cobra.Command{
+		Use:   "describe JOB",
+		Short: "Show a TrainJob's conditions, admission, placement, runtime snapshot, remote job and events",
+		Long: `Show one TrainJob as the hub sees it: its conditions; its Kueue Workload's
+admission and admission checks (trainyard's marked); the live Dispatch's
+target, attempt, pod sets with their topology assignment, runtime snapshot,
+remote job, phase and exit code; every stored attempt; and the recent events
+of the TrainJob and the Workload.`,
+		Example: e.examples("describe my-job -n team-a"),
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(out, formats...); err != nil {
+				return err
+			}
+			h, err := f.connect()
+			if err != nil {
+				return err
+			}
+			d, err := describeJob(cmd.Context(), h, e, args[0])
+			if err != nil {
+				return err
+			}
+			switch out {
+			case outputYAML, outputJSON:
+				return printStructured(e.Out, out, d)
+			case outputName:
+				_, err := fmt.Fprintf(e.Out, "trainjob.%s/%s\n", trainer.GroupVersion.Group, d.Name)
+				return err
+			}
+			return printDescription(e.Out, d, e.clock.Now())
+		},
+	}
+	f.addTo(cmd, true, false)
+	addOutputFlag(cmd, &out, formats...)
+	return cmd
+}
+
+// describeJob reads the TrainJob, its Workload, their Dispatches,
+// admission checks and events.
+func describeJob(ctx context.Context, h *hub, e *env, name string) (*Description, error) {
+	var tj trainer.TrainJob
+	if err := h.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: name}, &tj); err != nil {
+		return nil, notFoundIn(explain(err), h.namespace)
+	}
+	// Only this job's Dispatches are read, by its Workload's UID.
+	lists := &hubLists{}
+	if err := lists.listWorkloads(ctx, h, h.namespace); err != nil {
+		return nil, err
+	}
+	wl := newHubIndex(lists.workloads, nil).state(&tj).wl
+	if wl != nil {
+		if err := lists.listDispatches(ctx, h, client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)}); err != nil {
+			return nil, err
+		}
+	}
+	for _, w := range lists.warnings {
+		fmt.Fprintln(e.ErrOut, "warning:", w)
+	}
+	s := newHubIndex(lists.workloads, lists.dispatches).state(&tj)
+	d := describe(s, trainyardChecks(ctx, h, s.wl))
+	objs := map[types.UID]string{tj.UID: "TrainJob/" + tj.Name}
+	if s.wl != nil {
+		objs[s.wl.UID] = "Workload/" + s.wl.Name
+	}
+	var err error
+	if d.Events, err = eventsOf(ctx, h, h.namespace, objs); err != nil {
+		fmt.Fprintln(e.ErrOut, "warning: cannot list events:", err)
+	}
+	return d, nil
+}
+
+// describe builds the Description of a job; trainyard names the admission
+// checks trainyard serves.
+func describe(s jobState, trainyard map[kueue.AdmissionCheckReference]bool) *Description {
+	tj := s.tj
+	d := &Description{
+		Namespace: tj.Namespace, Name: tj.Name, Queue: tj.Labels[QueueLabel],
+		RuntimeRef:    fmt.Sprintf("%s/%s", ptr.Deref(tj.Spec.RuntimeRef.Kind, trainer.ClusterTrainingRuntimeKind), tj.Spec.RuntimeRef.Name),
+		RuntimeSource: tj.Annotations[snapshot.AnnotationSource],
+		Created:       tj.CreationTimestamp, Phase: s.phase(), Conditions: tj.Status.Conditions,
+	}
+	if wl := s.wl; wl != nil {
+		d.Workload = &WorkloadInfo{Name: wl.Name, Conditions: wl.Status.Conditions}
+		if a := wl.Status.Admission; a != nil {
+			d.Workload.ClusterQueue, d.Workload.PodSets = string(a.ClusterQueue), a.PodSetAssignments
+		}
+		for _, c := range wl.Status.AdmissionChecks {
+			d.Workload.Checks = append(d.Workload.Checks, CheckInfo{
+				Name: string(c.Name), State: c.State, Trainyard: trainyard[c.Name],
+				Message: c.Message, LastTransitionTime: c.LastTransitionTime,
+			})
+		}
+	}
+	if l := s.live; l != nil {
+		d.Placement = &Placement{
+			Dispatch: l.Namespace + "/" + l.Name, Target: l.Spec.TargetName, Attempt: l.Spec.Attempt,
+			PodSets: l.Spec.PodSets,
+			Runtime: RuntimeInfo{Kind: l.Spec.Runtime.Kind, Name: l.Spec.Runtime.Name, Hash: l.Spec.Runtime.Hash},
+			Phase:   s.phase(), Reason: l.Status.Reason, Message: l.Status.Message, Remote: l.Status.Remote,
+			ExitCode: l.Status.ExitCode, StartTime: l.Status.StartTime, CompletionTime: l.Status.CompletionTime,
+		}
+	}
+	for i := range s.dispatches {
+		ds := &s.dispatches[i]
+		d.Attempts = append(d.Attempts, AttemptInfo{
+			Dispatch: ds.Namespace + "/" + ds.Name, Target: ds.Spec.TargetName, Attempt: ds.Spec.Attempt,
+			Phase: string(ds.Status.Phase), Live: ds == s.live, Deleting: !ds.DeletionTimestamp.IsZero(),
+		})
+	}
+	return d
+}
+
+// trainyardChecks returns which of wl's admission checks name trainyard's
+// controller. A check whose AdmissionCheck cannot be read is not marked.
+func trainyardChecks(ctx context.Context, c client.Reader, wl *kueue.Workload) map[kueue.AdmissionCheckReference]bool {
+	out := map[kueue.AdmissionCheckReference]bool{}
+	if wl == nil {
+		return out
+	}
+	for _, s := range wl.Status.AdmissionChecks {
+		var ac kueue.AdmissionCheck
+		if err := c.Get(ctx, client.ObjectKey{Name: string(s.Name)}, &ac); err == nil {
+			out[s.Name] = ac.Spec.ControllerName == admissioncheck.ControllerName
+		}
+	}
+	return out
+}
+
+// eventsOf lists the events of the given objects (UID to Kind/name), oldest
+// first, keeping the newest maxEvents.
+func eventsOf(ctx context.Context, c client.Reader, ns string, objs map[types.UID]string) ([]EventInfo, error) {
+	var out []EventInfo
+	for uid, obj := range objs {
+		var l corev1.EventList
+		if err := c.List(ctx, &l, client.InNamespace(ns), client.MatchingFields{"involvedObject.uid": string(uid)}); err != nil {
+			return nil, err
+		}
+		for _, ev := range l.Items {
+			out = append(out, eventInfo(obj, &ev))
+		}
+	}
+	slices.SortStableFunc(out, func(a, b EventInfo) int {
+		if c := a.Last.Compare(b.Last.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Object+a.Reason+a.Message, b.Object+b.Reason+b.Message)
+	})
+	return out[max(0, len(out)-maxEvents):], nil
+}
+
+// eventInfo reads both core/v1 and events.k8s.io/v1 style events.
+func eventInfo(obj string, ev *corev1.Event) EventInfo {
+	last := ev.LastTimestamp
+	if last.IsZero() && !ev.EventTime.IsZero() {
+		last = metav1.Time{Time: ev.EventTime.Time}
+	}
+	if ev.Series != nil && !ev.Series.LastObservedTime.IsZero() {
+		last = metav1.Time{Time: ev.Series.LastObservedTime.Time}
+	}
+	if last.IsZero() {
+		last = ev.CreationTimestamp
+	}
+	from := ev.Source.Component
+	if from == "" {
+		from = ev.ReportingController
+	}
+	count := ev.Count
+	if ev.Series != nil {
+		count = ev.Series.Count
+	}
+	return EventInfo{Object: obj, Type: ev.Type, Reason: ev.Reason, From: from, Count: count, Last: last, Message: ev.Message}
+}
+
+// notFoundIn names the namespace in a not-found error, which the API
+// server's message leaves out.
+func notFoundIn(err error, ns string) error {
+	if apierrors.IsNotFound(err) && ns != "" {
+		return fmt.Errorf("%w in namespace %q", err, ns)
+	}
+	return err
+}

@@ -1,0 +1,240 @@
+package cli
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+// runningState is a job admitted by Kueue and running on spoke-1 in its
+// second attempt; the first attempt's Dispatch is still being deleted.
+func runningState() jobState {
+	tj := trainJob("llama")
+	tj.Annotations = map[string]string{"trainyard.dev/runtime-source": "ClusterTrainingRuntime/torch-distributed"}
+	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed-3f2a", Kind: ptr.To(trainer.TrainingRuntimeKind)}
+	tj.Status.Conditions = []metav1.Condition{{
+		Type: "Running", Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRemoteRunning,
+		Message: "running on target spoke-1 (attempt 2)", LastTransitionTime: ago(2 * time.Minute),
+	}}
+	wl := workloadOf(tj, "2")
+	wl.Status.Conditions = []metav1.Condition{
+		{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionTrue, Reason: "QuotaReserved", Message: "Quota reserved in ClusterQueue team-a", LastTransitionTime: ago(4 * time.Minute)},
+		{Type: kueue.WorkloadAdmitted, Status: metav1.ConditionTrue, Reason: "Admitted", Message: "The workload is admitted", LastTransitionTime: ago(3 * time.Minute)},
+	}
+	wl.Status.Admission = &kueue.Admission{ClusterQueue: "team-a", PodSetAssignments: []kueue.PodSetAssignment{{
+		Name: "node", Count: ptr.To[int32](2), Flavors: map[corev1.ResourceName]kueue.ResourceFlavorReference{"nvidia.com/gpu": "h100"},
+	}}}
+	wl.Status.AdmissionChecks = []kueue.AdmissionCheckState{
+		{Name: "gpu-dispatch", State: kueue.CheckStateReady, Message: "running on target spoke-1 (attempt 2) as JobSet trainyard-jobs/ty-llama-2", LastTransitionTime: ago(3 * time.Minute)},
+		{Name: "budget", State: kueue.CheckStateReady, LastTransitionTime: ago(4 * time.Minute)},
+	}
+	old := dispatchOf(wl, 1, "spoke-2", v1alpha1.DispatchRunning).Finalizers(v1alpha1.RemoteCleanupFinalizer).DeletionTimestamp(now).Obj()
+	live := dispatchOf(wl, 2, "spoke-1", v1alpha1.DispatchRunning).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tytesting.TorchRuntimeSpec(2)).
+		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 2, Flavors: map[string]string{"nvidia.com/gpu": "h100"},
+			Topology: &v1alpha1.TopologyAssignment{Levels: []string{"rack", "kubernetes.io/hostname"}, Domains: []v1alpha1.TopologyDomainAssignment{
+				{Values: []string{"rack-a", "n1"}, Count: 1}, {Values: []string{"rack-a", "n2"}, Count: 1},
+			}}}).
+		Remote(&v1alpha1.RemoteRef{Kind: "JobSet", Namespace: "trainyard-jobs", Name: "ty-llama-2"}).Obj()
+	live.Status.Reason = v1alpha1.ReasonRemoteRunning
+	live.Status.StartTime = ptrTime(ago(2 * time.Minute))
+	return newHubIndex([]kueue.Workload{wl}, []v1alpha1.Dispatch{*live, *old}).state(tj)
+}
+
+// failedSlurmState is a job that failed on a Slurm target with exit code 3.
+func failedSlurmState() jobState {
+	tj := trainJob("sim", trainer.TrainJobFailed)
+	tj.Status.Conditions[0].Message = "Failed on target hpc (attempt 1): Slurm job 42 exited with 3"
+	tj.Status.Conditions[0].Reason = v1alpha1.ReasonRemoteFailed
+	tj.Status.Conditions[0].LastTransitionTime = ago(time.Minute)
+	wl := workloadOf(tj, "1")
+	d := dispatchOf(wl, 1, "hpc", v1alpha1.DispatchFailed).
+		Remote(&v1alpha1.RemoteRef{Kind: "SlurmJob", Name: "ty-sim-1", ID: "42"}).Obj()
+	d.Status.Reason, d.Status.Message, d.Status.ExitCode = v1alpha1.ReasonRemoteFailed, "Slurm job 42 exited with 3", ptr.To[int32](3)
+	d.Status.StartTime, d.Status.CompletionTime = ptrTime(ago(5*time.Minute)), ptrTime(ago(time.Minute))
+	return newHubIndex([]kueue.Workload{wl}, []v1alpha1.Dispatch{*d}).state(tj)
+}
+
+func describeEvents() []EventInfo {
+	return []EventInfo{
+		{Object: "Workload/trainjob-llama", Type: "Warning", Reason: "Requeued", From: "trainyard-hub", Last: ago(5 * time.Minute), Message: "target spoke-2 lost: no heartbeat since 09:54"},
+		{Object: "TrainJob/llama", Type: "Normal", Reason: "Created", Count: 2, Last: ago(3 * time.Minute), Message: "attempt 2 to target spoke-1\n"},
+	}
+}
+
+func TestPrintDescription(t *testing.T) {
+	cases := map[string]struct {
+		state  jobState
+		events []EventInfo
+		want   string
+	}{
+		"running, with a second attempt and events": {
+			state:  runningState(),
+			events: describeEvents(),
+			want: lines(
+				"Name:        llama",
+				"Namespace:   team-a",
+				"Queue:       lq",
+				"Runtime:     TrainingRuntime/torch-distributed-3f2a (pinned from ClusterTrainingRuntime/torch-distributed)",
+				"Created:     10m ago (2026-12-02T09:50:00Z)",
+				"Phase:       Running",
+				"Conditions:",
+				"  Type      Status    Reason          Age       Message",
+				"  ----      ------    ------          ---       -------",
+				"  Running   True      RemoteRunning   2m        running on target spoke-1 (attempt 2)",
+				"Workload:          trainjob-llama",
+				"  Cluster Queue:   team-a",
+				"  Conditions:",
+				"    Type            Status    Reason          Age       Message",
+				"    ----            ------    ------          ---       -------",
+				"    QuotaReserved   True      QuotaReserved   4m        Quota reserved in ClusterQueue team-a",
+				"    Admitted        True      Admitted        3m        The workload is admitted",
+				"  Admission:",
+				"    Pod Set   Count     Flavors",
+				"    -------   -----     -------",
+				"    node      2         nvidia.com/gpu=h100",
+				"  Admission Checks:",
+				"    Name                       State     Age       Message",
+				"    ----                       -----     ---       -------",
+				"    gpu-dispatch (trainyard)   Ready     3m        running on target spoke-1 (attempt 2) as JobSet trainyard-jobs/ty-llama-2",
+				"    budget                     Ready     4m        <none>",
+				"Placement:",
+				"  Target:      spoke-1",
+				"  Attempt:     2",
+				"  Dispatch:    trainyard-spoke-1/wl-llama-spoke-1",
+				"  Phase:       Running (RemoteRunning)",
+				"  Remote:      JobSet trainyard-jobs/ty-llama-2",
+				"  Exit Code:   <none>",
+				"  Started:     2m ago (2026-12-02T09:58:00Z)",
+				"  Completed:   <none>",
+				"  Runtime Snapshot:",
+				"    Kind:   ClusterTrainingRuntime",
+				"    Name:   torch-distributed",
+				"    Hash:   "+runningState().live.Spec.Runtime.Hash,
+				"  Pod Sets:",
+				"    Name   Count     Flavors               Topology",
+				"    ----   -----     -------               --------",
+				"    node   2         nvidia.com/gpu=h100   rack/kubernetes.io/hostname: rack-a/n1=1, rack-a/n2=1",
+				"Attempts:",
+				"  Attempt   Target    Phase     Dispatch                             State",
+				"  -------   ------    -----     --------                             -----",
+				"  1         spoke-2   Running   trainyard-spoke-2/wl-llama-spoke-2   deleting",
+				"  2         spoke-1   Running   trainyard-spoke-1/wl-llama-spoke-1   live",
+				"Events:",
+				"  Type      Reason     Age       From            Object                    Message",
+				"  ----      ------     ---       ----            ------                    -------",
+				"  Warning   Requeued   5m        trainyard-hub   Workload/trainjob-llama   target spoke-2 lost: no heartbeat since 09:54",
+				"  Normal    Created    3m (x2)   <none>          TrainJob/llama            attempt 2 to target spoke-1",
+			),
+		},
+		"failed on Slurm with an exit code": {
+			state: failedSlurmState(),
+			want: lines(
+				"Name:        sim",
+				"Namespace:   team-a",
+				"Queue:       lq",
+				"Runtime:     ClusterTrainingRuntime/torch-distributed",
+				"Created:     10m ago (2026-12-02T09:50:00Z)",
+				"Phase:       Failed",
+				"Conditions:",
+				"  Type     Status    Reason         Age       Message",
+				"  ----     ------    ------         ---       -------",
+				"  Failed   True      RemoteFailed   60s       Failed on target hpc (attempt 1): Slurm job 42 exited with 3",
+				"Workload:             trainjob-sim",
+				"  Cluster Queue:      <none>",
+				"  Conditions:         <none>",
+				"  Admission Checks:   <none>",
+				"Placement:",
+				"  Target:      hpc",
+				"  Attempt:     1",
+				"  Dispatch:    trainyard-hpc/wl-sim-hpc",
+				"  Phase:       Failed (RemoteFailed)",
+				"  Message:     Slurm job 42 exited with 3",
+				"  Remote:      SlurmJob ty-sim-1 (id 42)",
+				"  Exit Code:   3",
+				"  Started:     5m ago (2026-12-02T09:55:00Z)",
+				"  Completed:   60s ago (2026-12-02T09:59:00Z)",
+				"  Runtime Snapshot:",
+				"    Kind:   ClusterTrainingRuntime",
+				"    Name:   torch-distributed",
+				"    Hash:   sha256:0000000000000000000000000000000000000000000000000000000000000000",
+				"  Pod Sets:",
+				"    Name   Count     Flavors   Topology",
+				"    ----   -----     -------   --------",
+				"    node   2         <none>    anywhere on the target",
+				"Attempts:",
+				"  Attempt   Target    Phase     Dispatch                   State",
+				"  -------   ------    -----     --------                   -----",
+				"  1         hpc       Failed    trainyard-hpc/wl-sim-hpc   live",
+				"Events:   <none>",
+			),
+		},
+		"not yet seen by Kueue": {
+			state: jobState{tj: trainJob("new")},
+			want: lines(
+				"Name:         new",
+				"Namespace:    team-a",
+				"Queue:        lq",
+				"Runtime:      ClusterTrainingRuntime/torch-distributed",
+				"Created:      10m ago (2026-12-02T09:50:00Z)",
+				"Phase:        Pending",
+				"Conditions:   <none>",
+				"Workload:     <none> (Kueue has not made one: is the queue label set and the LocalQueue there?)",
+				"Placement:    <none> (no live Dispatch)",
+				"Events:       <none>",
+			),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := describe(tc.state, map[kueue.AdmissionCheckReference]bool{"gpu-dispatch": true})
+			d.Events = tc.events
+			var out bytes.Buffer
+			if err := printDescription(&out, d, now); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, out.String()); diff != "" {
+				t.Errorf("output (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestEventInfo(t *testing.T) {
+	cases := map[string]struct {
+		ev   corev1.Event
+		want EventInfo
+	}{
+		"core event": {
+			ev: corev1.Event{Type: "Normal", Reason: "Dispatched", Message: "m", Count: 3, LastTimestamp: ago(time.Minute),
+				Source: corev1.EventSource{Component: "trainyard-hub"}},
+			want: EventInfo{Object: "o", Type: "Normal", Reason: "Dispatched", From: "trainyard-hub", Count: 3, Last: ago(time.Minute), Message: "m"},
+		},
+		"events.k8s.io event with a series": {
+			ev: corev1.Event{Type: "Warning", Reason: "Requeued", Message: "m", EventTime: metav1.NewMicroTime(now.Add(-time.Hour)),
+				ReportingController: "kueue", Series: &corev1.EventSeries{Count: 4, LastObservedTime: metav1.NewMicroTime(now.Add(-time.Minute))}},
+			want: EventInfo{Object: "o", Type: "Warning", Reason: "Requeued", From: "kueue", Count: 4, Last: ago(time.Minute), Message: "m"},
+		},
+		"no time but creation": {
+			ev:   corev1.Event{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: ago(time.Hour)}, Type: "Normal", Reason: "R"},
+			want: EventInfo{Object: "o", Type: "Normal", Reason: "R", Last: ago(time.Hour)},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, eventInfo("o", &tc.ev)); diff != "" {
+				t.Errorf("eventInfo (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

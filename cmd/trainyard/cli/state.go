@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+)
+
+// QueueLabel is the label Kueue reads a job's LocalQueue from.
+const QueueLabel = "kueue.x-k8s.io/queue-name"
+
+// Kueue states a TrainJob shows when no live Dispatch describes it.
+const (
+	StatePending  = "Pending"
+	StateAdmitted = "Admitted"
+	StateFinished = "Finished"
+)
+
+// jobState is what the hub knows about one TrainJob: its Kueue Workload and
+// the Dispatches of that Workload.
+type jobState struct {
+	tj *trainer.TrainJob
+	// wl is nil until Kueue has made the Workload.
+	wl *kueue.Workload
+	// dispatches are every Dispatch of wl still stored, by attempt.
+	dispatches []v1alpha1.Dispatch
+	// live is the current attempt's Dispatch, as the hub's dispatcher picks it.
+	live *v1alpha1.Dispatch
+}
+
+// hubIndex joins TrainJobs to their Workloads and Dispatches.
+type hubIndex struct {
+	workloads  map[types.UID][]*kueue.Workload // by owning TrainJob UID
+	dispatches map[types.UID][]v1alpha1.Dispatch
+}
+
+func newHubIndex(wls []kueue.Workload, ds []v1alpha1.Dispatch) *hubIndex {
+	ix := &hubIndex{workloads: map[types.UID][]*kueue.Workload{}, dispatches: map[types.UID][]v1alpha1.Dispatch{}}
+	for i := range wls {
+		for _, o := range wls[i].OwnerReferences {
+			if o.Kind == trainer.TrainJobKind && o.APIVersion == trainer.GroupVersion.String() {
+				ix.workloads[o.UID] = append(ix.workloads[o.UID], &wls[i])
+			}
+		}
+	}
+	for _, d := range ds {
+		uid := d.Spec.Workload.UID
+		ix.dispatches[uid] = append(ix.dispatches[uid], d)
+	}
+	return ix
+}
+
+// state returns what the index knows about tj.
+func (ix *hubIndex) state(tj *trainer.TrainJob) jobState {
+	s := jobState{tj: tj, wl: newestWorkload(ix.workloads[tj.UID])}
+	if s.wl == nil {
+		return s
+	}
+	s.dispatches = slices.Clone(ix.dispatches[s.wl.UID])
+	slices.SortFunc(s.dispatches, func(a, b v1alpha1.Dispatch) int { return int(a.Spec.Attempt - b.Spec.Attempt) })
+	s.live = liveDispatch(s.wl, s.dispatches)
+	return s
+}
+
+// newestWorkload picks the Workload Kueue works on: not being deleted, the
+// newest of several.
+func newestWorkload(wls []*kueue.Workload) *kueue.Workload {
+	var best *kueue.Workload
+	for _, wl := range wls {
+		switch {
+		case best == nil:
+			best = wl
+		case best.DeletionTimestamp.IsZero() != wl.DeletionTimestamp.IsZero():
+			if wl.DeletionTimestamp.IsZero() {
+				best = wl
+			}
+		case best.CreationTimestamp.Before(&wl.CreationTimestamp):
+			best = wl
+		}
+	}
+	return best
+}
+
+// liveDispatch is the Dispatch of the Workload's current attempt (its
+// trainyard.dev/attempt annotation) that is not being deleted, as the hub's
+// dispatcher sees it. Without the annotation it is the latest attempt.
+// dispatches are sorted by attempt.
+func liveDispatch(wl *kueue.Workload, dispatches []v1alpha1.Dispatch) *v1alpha1.Dispatch {
+	attempt, err := strconv.Atoi(wl.Annotations[v1alpha1.AnnotationAttempt])
+	for i := len(dispatches) - 1; i >= 0; i-- {
+		d := &dispatches[i]
+		if !d.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err != nil || d.Spec.Attempt == int32(attempt) {
+			return d
+		}
+	}
+	return nil
+}
+
+// phase is the live Dispatch's phase, or the TrainJob's Kueue state when
+// there is none.
+func (s jobState) phase() string {
+	if s.live != nil {
+		if s.live.Status.Phase == "" {
+			return string(v1alpha1.DispatchPending)
+		}
+		return string(s.live.Status.Phase)
+	}
+	return kueueState(s.tj, s.wl)
+}
+
+// kueueState is Finished once the TrainJob or its Workload finished,
+// Admitted once Kueue admitted the Workload, and Pending before.
+func kueueState(tj *trainer.TrainJob, wl *kueue.Workload) string {
+	if apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete) ||
+		apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed) {
+		return StateFinished
+	}
+	if wl == nil {
+		return StatePending
+	}
+	switch {
+	case apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished):
+		return StateFinished
+	case apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted):
+		return StateAdmitted
+	}
+	return StatePending
+}
+
+// remoteName prints a remote ref as the hub's check messages do:
+// "JobSet ns/name", "SlurmJob name (id 42)".
+func remoteName(ref *v1alpha1.RemoteRef) string {
+	if ref == nil {
+		return ""
+	}
+	name := ref.Name
+	if ref.Namespace != "" {
+		name = ref.Namespace + "/" + name
+	}
+	if ref.ID != "" {
+		name += " (id " + ref.ID + ")"
+	}
+	return ref.Kind + " " + name
+}
+
+// hubLists are the objects one command reads to join TrainJobs with their
+// Workloads and Dispatches.
+type hubLists struct {
+	workloads  []kueue.Workload
+	dispatches []v1alpha1.Dispatch
+	// warnings say what could not be read; the join goes on without it.
+	warnings []string
+}
+
+// listWorkloads reads the Workloads of namespace ns ("" for all). A user
+// allowed to read TrainJobs but not Workloads still gets the TrainJobs, with
+// a warning.
+func (l *hubLists) listWorkloads(ctx context.Context, c client.Reader, ns string) error {
+	var wls kueue.WorkloadList
+	if err := c.List(ctx, &wls, client.InNamespace(ns)); err != nil {
+		if !apierrors.IsForbidden(err) {
+			return explain(err)
+		}
+		l.warnings = append(l.warnings, fmt.Sprintf("cannot list Workloads (%v): phases show the TrainJobs' own state", err))
+	}
+	l.workloads = wls.Items
+	return nil
+}
+
+// listDispatches reads the Dispatches with the given labels, in all the
+// targets' agent namespaces, or warns when the user may not.
+func (l *hubLists) listDispatches(ctx context.Context, c client.Reader, labels client.MatchingLabels) error {
+	var ds v1alpha1.DispatchList
+	if err := c.List(ctx, &ds, labels); err != nil {
+		if !apierrors.IsForbidden(err) {
+			return explain(err)
+		}
+		l.warnings = append(l.warnings, fmt.Sprintf("cannot list Dispatches (%v): TARGET and PHASE show Kueue's state only", err))
+	}
+	l.dispatches = ds.Items
+	return nil
+}
+
+// listWorkloadsAndDispatches reads the Workloads of namespace ns ("" for
+// all) and their Dispatches.
+func listWorkloadsAndDispatches(ctx context.Context, c client.Reader, ns string) (*hubLists, error) {
+	l := &hubLists{}
+	if err := l.listWorkloads(ctx, c, ns); err != nil {
+		return nil, err
+	}
+	labels := client.MatchingLabels{}
+	if ns != "" {
+		labels[v1alpha1.LabelWorkloadNamespace] = ns
+	}
+	if err := l.listDispatches(ctx, c, labels); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
