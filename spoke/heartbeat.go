@@ -29,12 +29,40 @@ type Heartbeat struct {
 	Backend  backends.Backend
 	Clock    clock.Clock
 	Interval time.Duration
+	// Kick asks for a heartbeat now, for example when remote jobs ended and
+	// freed capacity the hub should hear of before the next interval.
+	// Kicks closer than MinKickGap to the last heartbeat wait for it.
+	Kick <-chan struct{}
 }
+
+// MinKickGap spaces kicked heartbeats, so a burst of job ends costs one.
+const MinKickGap = 500 * time.Millisecond
 
 // Start runs until ctx ends; it is a manager Runnable.
 func (h *Heartbeat) Start(ctx context.Context) error {
-	every(ctx, h.Interval, "agent-heartbeat", h.Beat)
-	return nil
+	if h.Kick == nil {
+		every(ctx, h.Interval, "agent-heartbeat", h.Beat)
+		return nil
+	}
+	t := time.NewTicker(h.Interval)
+	defer t.Stop()
+	for {
+		if err := h.Beat(ctx); err != nil && ctx.Err() == nil {
+			metrics.SyncError("agent-heartbeat")
+			log.FromContext(ctx).Error(err, "agent-heartbeat failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-h.Kick:
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(MinKickGap):
+			}
+		}
+	}
 }
 
 // every runs fn now and then at each interval until ctx ends, counting and

@@ -40,6 +40,8 @@ type Options struct {
 	Resync            time.Duration
 	Concurrency       int
 	Clock             clock.Clock
+	// HeartbeatKick, when set, triggers a heartbeat between intervals.
+	HeartbeatKick <-chan struct{}
 }
 
 // Setup adds the agent's controller, heartbeat and fence to mgr, whose
@@ -76,7 +78,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := b.Complete(r); err != nil {
 		return err
 	}
-	hb := &Heartbeat{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Interval: opts.HeartbeatInterval}
+	hb := &Heartbeat{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Interval: opts.HeartbeatInterval, Kick: opts.HeartbeatKick}
 	if err := mgr.Add(hb); err != nil {
 		return err
 	}

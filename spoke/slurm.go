@@ -79,7 +79,7 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 		}
 		return &t, nil
 	}
-	backend := &slurm.Backend{Client: c, Target: target}
+	backend := slurm.NewBackend(c, target)
 	if path := t.Spec.Slurm.TopologyFile; path != "" {
 		backend.Topology = func() (*slurm.Topology, error) {
 			f, err := os.Open(path)
@@ -95,10 +95,12 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 	if poll == 0 {
 		poll = DefaultSlurmPollInterval
 	}
-	if err := mgr.Add(&slurmPoller{client: c, target: name, interval: poll, events: events}); err != nil {
+	kick := make(chan struct{}, 1)
+	if err := mgr.Add(&slurmPoller{jobs: backend, target: name, interval: poll, events: events, kick: kick}); err != nil {
 		return nil, err
 	}
 	opts := o.Agent
+	opts.HeartbeatKick = kick
 	opts.Target, opts.Namespace, opts.Backend = name, ns, backend
 	opts.RemoteEvents = append(opts.RemoteEvents, source.Channel(events, &handler.EnqueueRequestForObject{}))
 	return mgr, Setup(mgr, opts)
@@ -162,11 +164,14 @@ func tokenSource(ctx context.Context, hub client.Reader, t *v1alpha1.Target, ser
 // slurmPoller lists the cluster's jobs and wakes the Dispatch of every job
 // whose state changed, standing in for the watch slurmrestd lacks.
 type slurmPoller struct {
-	client   *slurm.Client
+	jobs     *slurm.Backend
 	target   string
 	interval time.Duration
 	events   chan<- event.GenericEvent
-	last     map[string]string
+	// kick asks for a heartbeat when jobs started or ended, so the hub sees
+	// the capacity they took or freed before the next interval.
+	kick chan<- struct{}
+	last map[string]string
 }
 
 func (p *slurmPoller) NeedLeaderElection() bool { return true }
@@ -177,11 +182,12 @@ func (p *slurmPoller) Start(ctx context.Context) error {
 }
 
 func (p *slurmPoller) poll(ctx context.Context) error {
-	jobs, err := p.client.Jobs(ctx)
+	jobs, err := p.jobs.ListJobs(ctx)
 	if err != nil {
 		return err
 	}
 	seen := make(map[string]string, len(jobs))
+	changed := false
 	for i := range jobs {
 		j := &jobs[i]
 		target, w, ok := slurm.ParseComment(j.Comment)
@@ -194,11 +200,18 @@ func (p *slurmPoller) poll(ctx context.Context) error {
 		if p.last[key] == state {
 			continue
 		}
+		changed = true
 		d := &v1alpha1.Dispatch{ObjectMeta: metav1.ObjectMeta{Namespace: w.DispatchNamespace, Name: w.DispatchName}}
 		select {
 		case p.events <- event.GenericEvent{Object: d}:
 		case <-ctx.Done():
 			return nil
+		}
+	}
+	if changed || len(seen) != len(p.last) {
+		select {
+		case p.kick <- struct{}{}:
+		default: // one is pending already
 		}
 	}
 	p.last = seen

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
@@ -21,6 +24,66 @@ type Backend struct {
 	Target func(ctx context.Context) (*v1alpha1.Target, error)
 	// Topology returns the cluster's topology; nil means nodes only.
 	Topology func() (*Topology, error)
+
+	mu sync.Mutex
+	// created is when this backend was made: a job list taken after it
+	// holds every job an earlier incarnation of the agent submitted.
+	created time.Time
+	// listed is the last job list (ListJobs) and when it was taken.
+	listed   map[string]int32 // comment -> newest job id
+	listedAt time.Time
+	// submitted records this process's submits by comment, since the last
+	// list may predate them.
+	submitted map[string]int32
+}
+
+// NewBackend returns a Backend for the target target returns.
+func NewBackend(c *Client, target func(context.Context) (*v1alpha1.Target, error)) *Backend {
+	return &Backend{Client: c, Target: target, created: time.Now(), submitted: map[string]int32{}}
+}
+
+// ListJobs lists the cluster's jobs and keeps the list, so submits can
+// look a job up without a list of their own. The agent's poller calls it.
+func (b *Backend) ListJobs(ctx context.Context) ([]JobInfo, error) {
+	at := time.Now()
+	jobs, err := b.Client.Jobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byComment := make(map[string]int32, len(jobs))
+	for i := range jobs {
+		if c := jobs[i].Comment; strings.HasPrefix(c, CommentPrefix) && jobs[i].JobID > byComment[c] {
+			byComment[c] = jobs[i].JobID
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if at.After(b.listedAt) {
+		b.listed, b.listedAt = byComment, at
+	}
+	return jobs, nil
+}
+
+// existing returns the id of a job submitted for comment, 0 if none. It
+// trusts the kept list only when it was taken after this backend was made
+// (so it holds every job of an earlier agent) and adds this process's own
+// submits; otherwise it lists afresh.
+func (b *Backend) existing(ctx context.Context, comment string) (int32, error) {
+	b.mu.Lock()
+	id, fresh := b.submitted[comment], !b.created.IsZero() && b.listedAt.After(b.created)
+	if id == 0 && fresh {
+		id = b.listed[comment]
+	}
+	b.mu.Unlock()
+	if id != 0 || fresh {
+		return id, nil
+	}
+	if _, err := b.ListJobs(ctx); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.listed[comment], nil
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -40,14 +103,14 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	// status write must find that job, not make a second one. The agent
 	// works on one Dispatch in one worker at a time, and leader election
 	// keeps it to one agent, so no other submit of d can race this one.
-	existing, err := b.find(ctx, d, 0)
-	switch {
-	case err == nil:
-		return ref(existing.JobID, job.Name), nil
-	case !errors.Is(err, ErrJobNotFound):
+	id, err := b.existing(ctx, job.Comment)
+	if err != nil {
 		return nil, err
 	}
-	id, err := b.Client.Submit(ctx, job)
+	if id != 0 {
+		return ref(id, job.Name), nil
+	}
+	id, err = b.Client.Submit(ctx, job)
 	var he *HTTPError
 	if errors.As(err, &he) && he.Permanent {
 		return nil, fmt.Errorf("%w: %w", backends.ErrRejected, err)
@@ -55,6 +118,12 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	if err != nil {
 		return nil, err
 	}
+	b.mu.Lock()
+	if b.submitted == nil {
+		b.submitted = map[string]int32{}
+	}
+	b.submitted[job.Comment] = id
+	b.mu.Unlock()
 	return ref(id, job.Name), nil
 }
 

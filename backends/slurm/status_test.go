@@ -324,3 +324,39 @@ func TestStaticTokenSource(t *testing.T) {
 		t.Errorf("expired token: error = %v", err)
 	}
 }
+
+// TestExistingJobLookup: a submit trusts the kept job list only when it was
+// taken after the backend started (so it holds every earlier agent's jobs),
+// adds this process's own submits, and otherwise lists afresh.
+func TestExistingJobLookup(t *testing.T) {
+	start := time.Now()
+	unreachable, err := NewClient("http://127.0.0.1:1", "v0.0.42",
+		&SigningKeySource{Key: func(context.Context) ([]byte, error) { return []byte("0123456789abcdef0123456789abcdef"), nil }}, "slurm", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &Backend{Client: unreachable, created: start, submitted: map[string]int32{"trainyard:mine": 9}}
+	ctx := context.Background()
+
+	// Before any list: the own submit is known without one...
+	if id, err := b.existing(ctx, "trainyard:mine"); err != nil || id != 9 {
+		t.Errorf("own submit: %d, %v; want 9", id, err)
+	}
+	// ...anything else needs a fresh list, which fails here.
+	if _, err := b.existing(ctx, "trainyard:other"); err == nil {
+		t.Error("looked up without a list taken after start")
+	}
+	// A list taken before the backend started is not trusted either.
+	b.listed, b.listedAt = map[string]int32{"trainyard:old": 3}, start.Add(-time.Second)
+	if _, err := b.existing(ctx, "trainyard:old"); err == nil {
+		t.Error("trusted a list older than the backend")
+	}
+	// A list taken after start answers both ways without the cluster.
+	b.listedAt = start.Add(time.Second)
+	if id, err := b.existing(ctx, "trainyard:old"); err != nil || id != 3 {
+		t.Errorf("kept list: %d, %v; want 3", id, err)
+	}
+	if id, err := b.existing(ctx, "trainyard:new"); err != nil || id != 0 {
+		t.Errorf("absent job: %d, %v; want 0", id, err)
+	}
+}
