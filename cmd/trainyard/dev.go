@@ -42,7 +42,7 @@ func newDevCommand() *cobra.Command {
 	up.Flags().BoolVar(&o.noSlurm, "no-slurm", false, "do not start the Slurm cluster")
 	up.Flags().IntVar(&o.nodes, "nodes", 4, "kwok GPU nodes per spoke")
 	up.Flags().Int64Var(&o.gpus, "gpus-per-node", 8, "GPUs per kwok node")
-	up.Flags().IntVar(&o.samples, "samples", 6, "sample TrainJobs (2 nodes x 4 GPUs) to submit; best-fit placement spreads them over Slurm and both spokes")
+	up.Flags().IntVar(&o.samples, "samples", 8, "sample TrainJobs (2 nodes x 4 GPUs) to submit; best-fit placement spreads them over Slurm and both spokes")
 	dev.AddCommand(up)
 	return dev
 }

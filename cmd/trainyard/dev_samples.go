@@ -111,7 +111,14 @@ func dispatchTable(items []v1alpha1.Dispatch) string {
 	for _, d := range items {
 		remote := ""
 		if d.Status.Remote != nil {
-			remote = d.Status.Remote.Kind + " " + d.Status.Remote.Namespace + "/" + d.Status.Remote.Name
+			r := d.Status.Remote
+			remote = r.Kind + " " + r.Name
+			switch {
+			case r.Namespace != "":
+				remote = r.Kind + " " + r.Namespace + "/" + r.Name
+			case r.ID != "":
+				remote += " (id " + r.ID + ")"
+			}
 		}
 		fmt.Fprintf(w, "%s/%s\t%s\t%d\t%s\t%s\n", d.Spec.Workload.Namespace, d.Spec.TrainJob.Name, d.Spec.TargetName,
 			d.Spec.Attempt, d.Status.Phase, remote)
