@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	cluster, err := kube.Start(context.Background(), kube.Options{Name: "api", CRDs: []string{kube.CRDsTrainyard}})
+	cluster, err := kube.Start(context.Background(), kube.Options{Name: "api", CRDs: []string{kube.CRDsTrainyard, kube.CRDsKueue}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start API server:", err)
 		return 1
