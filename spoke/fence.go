@@ -25,7 +25,7 @@ type Fence struct {
 
 // Start runs until ctx ends; it is a manager Runnable.
 func (f *Fence) Start(ctx context.Context) error {
-	every(ctx, f.Interval, "agent-fence", func(ctx context.Context) error {
+	every(ctx, f.Interval, nil, "agent-fence", func(ctx context.Context) error {
 		_, err := f.Sweep(ctx)
 		return err
 	})

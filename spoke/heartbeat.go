@@ -31,7 +31,7 @@ type Heartbeat struct {
 	Interval time.Duration
 	// Kick asks for a heartbeat now, for example when remote jobs ended and
 	// freed capacity the hub should hear of before the next interval.
-	// Kicks closer than MinKickGap to the last heartbeat wait for it.
+	// A kicked heartbeat waits MinKickGap, so kicks in a burst share one.
 	Kick <-chan struct{}
 }
 
@@ -40,34 +40,14 @@ const MinKickGap = 500 * time.Millisecond
 
 // Start runs until ctx ends; it is a manager Runnable.
 func (h *Heartbeat) Start(ctx context.Context) error {
-	if h.Kick == nil {
-		every(ctx, h.Interval, "agent-heartbeat", h.Beat)
-		return nil
-	}
-	t := time.NewTicker(h.Interval)
-	defer t.Stop()
-	for {
-		if err := h.Beat(ctx); err != nil && ctx.Err() == nil {
-			metrics.SyncError("agent-heartbeat")
-			log.FromContext(ctx).Error(err, "agent-heartbeat failed")
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		case <-h.Kick:
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(MinKickGap):
-			}
-		}
-	}
+	every(ctx, h.Interval, h.Kick, "agent-heartbeat", h.Beat)
+	return nil
 }
 
-// every runs fn now and then at each interval until ctx ends, counting and
-// logging its failures under component.
-func every(ctx context.Context, interval time.Duration, component string, fn func(context.Context) error) {
+// every runs fn now, then at each interval and on each kick (nil: never),
+// until ctx ends, counting and logging its failures under component. A
+// kick waits MinKickGap first, so a burst of kicks costs one run.
+func every(ctx context.Context, interval time.Duration, kick <-chan struct{}, component string, fn func(context.Context) error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -79,6 +59,12 @@ func every(ctx context.Context, interval time.Duration, component string, fn fun
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-kick:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(MinKickGap):
+			}
 		}
 	}
 }

@@ -72,7 +72,11 @@ func SpokeScheme() *runtime.Scheme {
 // topology levels, so an administrator configures a spoke in one place.
 func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOptions) (ctrl.Manager, error) {
 	hubCfg, spokeCfg := withRate(hubCfg, o.QPS, o.Burst), withRate(o.Spoke, o.QPS, o.Burst)
-	t, err := readTarget(ctx, hubCfg, o.Target, v1alpha1.TargetTypeKubernetes)
+	direct, err := client.New(hubCfg, client.Options{Scheme: HubScheme()})
+	if err != nil {
+		return nil, err
+	}
+	t, err := readTarget(ctx, direct, o.Target, v1alpha1.TargetTypeKubernetes)
 	if err != nil {
 		return nil, err
 	}
@@ -100,13 +104,9 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 }
 
 // readTarget reads the agent's Target and checks it is of the agent's type.
-func readTarget(ctx context.Context, hubCfg *rest.Config, name string, typ v1alpha1.TargetType) (*v1alpha1.Target, error) {
-	direct, err := client.New(hubCfg, client.Options{Scheme: HubScheme()})
-	if err != nil {
-		return nil, err
-	}
+func readTarget(ctx context.Context, hub client.Reader, name string, typ v1alpha1.TargetType) (*v1alpha1.Target, error) {
 	var t v1alpha1.Target
-	if err := direct.Get(ctx, client.ObjectKey{Name: name}, &t); err != nil {
+	if err := hub.Get(ctx, client.ObjectKey{Name: name}, &t); err != nil {
 		return nil, fmt.Errorf("read target %s from the hub: %w", name, err)
 	}
 	if t.Spec.Type != typ {

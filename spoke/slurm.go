@@ -49,15 +49,15 @@ type SlurmOptions struct {
 // accounts; the agent re-reads it on every use, so edits apply at once.
 func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ctrl.Manager, error) {
 	hubCfg = withRate(hubCfg, o.QPS, o.Burst)
-	t, err := readTarget(ctx, hubCfg, o.Target, v1alpha1.TargetTypeSlurm)
-	if err != nil {
-		return nil, err
-	}
-	ns := t.Spec.Agent.Namespace
 	direct, err := client.New(hubCfg, client.Options{Scheme: HubScheme()})
 	if err != nil {
 		return nil, err
 	}
+	t, err := readTarget(ctx, direct, o.Target, v1alpha1.TargetTypeSlurm)
+	if err != nil {
+		return nil, err
+	}
+	ns := t.Spec.Agent.Namespace
 	tokens, serviceUser, err := tokenSource(ctx, direct, t, o.ServiceUser)
 	if err != nil {
 		return nil, err
@@ -177,7 +177,7 @@ type slurmPoller struct {
 func (p *slurmPoller) NeedLeaderElection() bool { return true }
 
 func (p *slurmPoller) Start(ctx context.Context) error {
-	every(ctx, p.interval, "agent-slurm-poll", p.poll)
+	every(ctx, p.interval, nil, "agent-slurm-poll", p.poll)
 	return nil
 }
 

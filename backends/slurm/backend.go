@@ -131,34 +131,28 @@ func ref(id int32, name string) *v1alpha1.RemoteRef {
 	return &v1alpha1.RemoteRef{Kind: RemoteKind, Name: name, ID: strconv.Itoa(int(id))}
 }
 
-// find returns the job of d: by id when known (checking the comment, since
-// a restarted slurmctld without its state may reuse ids), else by comment.
+// find returns the job of d: by id when known, else the newest job with
+// its comment. The comment is checked either way, since a slurmctld that
+// restarted without its state may reuse ids.
 func (b *Backend) find(ctx context.Context, d *v1alpha1.Dispatch, id int32) (*JobInfo, error) {
 	want := Comment(d)
-	if id > 0 {
-		j, err := b.Client.Job(ctx, id)
-		if err != nil {
+	if id <= 0 {
+		var err error
+		if id, err = b.existing(ctx, want); err != nil {
 			return nil, err
 		}
-		if j.Comment != want {
+		if id == 0 {
 			return nil, ErrJobNotFound
 		}
-		return j, nil
 	}
-	jobs, err := b.Client.Jobs(ctx)
+	j, err := b.Client.Job(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	var found *JobInfo
-	for i := range jobs {
-		if jobs[i].Comment == want && (found == nil || jobs[i].JobID > found.JobID) {
-			found = &jobs[i]
-		}
-	}
-	if found == nil {
+	if j.Comment != want {
 		return nil, ErrJobNotFound
 	}
-	return found, nil
+	return j, nil
 }
 
 func remoteID(d *v1alpha1.Dispatch) int32 {
@@ -205,7 +199,7 @@ func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error)
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := b.Client.Jobs(ctx)
+	jobs, err := b.ListJobs(ctx)
 	if err != nil {
 		return nil, err
 	}

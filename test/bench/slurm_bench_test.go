@@ -66,9 +66,7 @@ func BenchmarkSlurmDispatchThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer controllers.Stop()
-	key := cluster.Path("/etc/slurm/jwt_hs256.key")
-	c, err := slurm.NewClient(cluster.URL, "v0.0.42",
-		&slurm.SigningKeySource{Key: func(context.Context) ([]byte, error) { return os.ReadFile(key) }}, "slurm", nil)
+	c, err := cluster.RESTClient("v0.0.42")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	slurmrest "github.com/trainyard-dev/trainyard/backends/slurm"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 )
 
@@ -189,6 +191,18 @@ func (c *Cluster) StopDaemon(ctx context.Context, name string) error {
 // StartDaemon starts a daemon StopDaemon stopped.
 func (c *Cluster) StartDaemon(ctx context.Context, name string) error {
 	return c.scriptArgs(ctx, "daemon.sh", []string{"start", name})
+}
+
+// JWTKeyPath is the host path of the cluster's HS256 JWT key, which an
+// agent with a SigningKey credential reads.
+func (c *Cluster) JWTKeyPath() string { return c.Path("/etc/slurm/jwt_hs256.key") }
+
+// RESTClient returns a slurmrestd client that acts as SlurmUser, minting
+// its tokens from the cluster's key, for tests that inspect the cluster.
+func (c *Cluster) RESTClient(version v1alpha1.SlurmAPIVersion) (*slurmrest.Client, error) {
+	key := c.JWTKeyPath()
+	src := &slurmrest.SigningKeySource{Key: func(context.Context) ([]byte, error) { return os.ReadFile(key) }}
+	return slurmrest.NewClient(c.URL, version, src, "slurm", nil)
 }
 
 // Token returns a JWT for user, valid for lifespan, minted by slurmctld (`scontrol token`).

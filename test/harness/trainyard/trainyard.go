@@ -171,7 +171,7 @@ func registerTarget(ctx context.Context, h *kube.Cluster, name string, o Options
 // the topology from its topology.conf.
 func registerSlurmTarget(ctx context.Context, h *kube.Cluster, st SlurmTarget, o Options) (*rest.Config, error) {
 	w := tytesting.MakeSlurmTarget(st.Name, o.Flavor, "gpu").SlurmEndpoint(st.Cluster.URL).
-		SlurmAuth(&v1alpha1.SlurmAuth{Type: v1alpha1.SlurmAuthSigningKey, File: st.Cluster.Path("/etc/slurm/jwt_hs256.key")}).
+		SlurmAuth(&v1alpha1.SlurmAuth{Type: v1alpha1.SlurmAuthSigningKey, File: st.Cluster.JWTKeyPath()}).
 		SlurmTopologyFile(st.Cluster.Path("/etc/slurm/topology.conf"))
 	if len(st.Partitions) > 0 {
 		w.Spec.Slurm.Partitions = st.Partitions

@@ -89,16 +89,8 @@ func slurmJobsOf(g Gomega, tj *trainer.TrainJob) []slurm.JobInfo {
 	return out
 }
 
-// serviceClient reads the cluster as SlurmUser, with a token the harness mints.
-func serviceClient() *slurm.Client {
-	key := env.cluster.Path("/etc/slurm/jwt_hs256.key")
-	src := &slurm.SigningKeySource{Key: func(context.Context) ([]byte, error) { return os.ReadFile(key) }}
-	c, err := slurm.NewClient(env.cluster.URL, "v0.0.42", src, "slurm", nil)
-	if err != nil {
-		panic(err)
-	}
-	return c
-}
+// serviceClient reads the cluster as SlurmUser.
+func serviceClient() *slurm.Client { return env.rest }
 
 // dispatchOf waits for the TrainJob's one live Dispatch to satisfy check.
 func dispatchOf(t *testing.T, tj *trainer.TrainJob, check func(g Gomega, d *v1alpha1.Dispatch)) v1alpha1.Dispatch {

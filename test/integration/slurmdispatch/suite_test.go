@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/slurm"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
 	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
@@ -34,6 +35,7 @@ const (
 var env struct {
 	fleet       *kube.Fleet
 	cluster     *hslurm.Cluster
+	rest        *slurm.Client
 	controllers *trainyard.Controllers
 }
 
@@ -61,6 +63,10 @@ func run(m *testing.M) (code int) {
 			code = 1
 		}
 	}()
+	if env.rest, err = env.cluster.RESTClient("v0.0.42"); err != nil {
+		fmt.Fprintln(os.Stderr, "slurmrestd client:", err)
+		return 1
+	}
 	if err := buildMPIHello(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "build MPI hello:", err)
 		return 1
