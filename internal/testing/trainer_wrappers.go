@@ -14,6 +14,9 @@ import (
 // QueueLabel is the label Kueue reads a job's LocalQueue from.
 const QueueLabel = "kueue.x-k8s.io/queue-name"
 
+// PriorityClassLabel names the WorkloadPriorityClass of a job.
+const PriorityClassLabel = "kueue.x-k8s.io/priority-class"
+
 // TrainJobWrapper builds a Kubeflow Trainer TrainJob.
 type TrainJobWrapper struct{ trainer.TrainJob }
 
@@ -43,6 +46,15 @@ func (w *TrainJobWrapper) Queue(q string) *TrainJobWrapper {
 		w.Labels = map[string]string{}
 	}
 	w.Labels[QueueLabel] = q
+	return w
+}
+
+// PriorityClass sets the Kueue WorkloadPriorityClass label.
+func (w *TrainJobWrapper) PriorityClass(name string) *TrainJobWrapper {
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[PriorityClassLabel] = name
 	return w
 }
 

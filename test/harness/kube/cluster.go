@@ -33,6 +33,9 @@ type Options struct {
 	JobSet bool
 	// Kueue runs the Kueue manager with its webhooks.
 	Kueue bool
+	// KueueFairSharing turns on Kueue's fair sharing (cohort preemption and
+	// admission by weighted share).
+	KueueFairSharing bool
 	// Scheme for the returned client; defaults to Scheme().
 	Scheme *runtime.Scheme
 	// Dir holds logs, configs and kubeconfigs; defaults to a temp folder.
@@ -137,7 +140,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		{opts.Scheduler, c.startScheduler},
 		{opts.Kwok, c.startKwok},
 		{opts.JobSet, c.startJobSet},
-		{opts.Kueue, c.startKueue},
+		{opts.Kueue, func(ctx context.Context) error { return c.startKueue(ctx, opts.KueueFairSharing) }},
 	} {
 		if step.enabled {
 			if err = step.run(startCtx); err != nil {

@@ -136,7 +136,7 @@ clientConnection:
 // KueueNamespace is where the harness's Kueue keeps its own objects.
 const KueueNamespace = "kueue-system"
 
-func (c *Cluster) startKueue(ctx context.Context) error {
+func (c *Cluster) startKueue(ctx context.Context, fairSharing bool) error {
 	health, err := FreePort()
 	if err != nil {
 		return err
@@ -179,6 +179,9 @@ integrations:
 featureGates:
   VisibilityOnDemand: false
 `, KueueNamespace, host, port, certDir, metrics, health)
+	if fairSharing {
+		cfg += "fairSharing:\n  preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]\n"
+	}
 	cfgPath := filepath.Join(c.Dir, "kueue-config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err

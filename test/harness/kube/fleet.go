@@ -28,6 +28,8 @@ type FleetOptions struct {
 	// NoHubKueue leaves the Kueue manager off the hub, for tests that
 	// drive Workloads by hand.
 	NoHubKueue bool
+	// KueueFairSharing turns on fair sharing in the hub's Kueue.
+	KueueFairSharing bool
 }
 
 // HubOptions is a trainyard hub: Kueue with the Trainer, JobSet and
@@ -67,7 +69,9 @@ func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 	if opts.HubOnly {
 		opts.Spokes = 0
 	}
-	all := []Options{HubOptions(subdir(opts.Dir, "hub"), !opts.NoHubKueue)}
+	hub := HubOptions(subdir(opts.Dir, "hub"), !opts.NoHubKueue)
+	hub.KueueFairSharing = opts.KueueFairSharing
+	all := []Options{hub}
 	for i := 1; i <= opts.Spokes; i++ {
 		name := fmt.Sprintf("spoke%d", i)
 		all = append(all, SpokeOptions(name, subdir(opts.Dir, name)))

@@ -34,8 +34,10 @@ import (
 
 // Options tune the controllers for a test's pace.
 type Options struct {
-	// Flavor every spoke serves.
+	// Flavor every spoke serves, unless SpokeFlavors names one for it.
 	Flavor string
+	// SpokeFlavors maps spoke names to the flavor each serves.
+	SpokeFlavors map[string]string
 	// SpokeNamespace is where remote JobSets go (default "jobs").
 	SpokeNamespace    string
 	TopologyLevels    []string
@@ -160,7 +162,11 @@ func (c *Controllers) Stop() {
 // registerTarget creates a spoke's Target, its agent namespace, and hub
 // credentials for its agent that RBAC limits to what targets.AgentRBAC grants.
 func registerTarget(ctx context.Context, h *kube.Cluster, name string, o Options) (*rest.Config, error) {
-	t := tytesting.MakeKubernetesTarget(name, o.Flavor).Kubernetes(&v1alpha1.KubernetesTarget{
+	flavor := o.Flavor
+	if f, ok := o.SpokeFlavors[name]; ok {
+		flavor = f
+	}
+	t := tytesting.MakeKubernetesTarget(name, flavor).Kubernetes(&v1alpha1.KubernetesTarget{
 		Namespace: o.SpokeNamespace, TopologyLevels: o.TopologyLevels,
 	}).Obj()
 	return createTarget(ctx, h, t)
