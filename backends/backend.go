@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -120,4 +121,59 @@ func RemoteLabels(d *v1alpha1.Dispatch) map[string]string {
 		LabelTarget:            d.Spec.TargetName,
 		LabelManagedBy:         ManagedByValue,
 	}
+}
+
+// LogReader is implemented by backends that can read a job's output, so the
+// agent can answer `trainyard logs` without giving users spoke credentials.
+type LogReader interface {
+	// Logs returns the end of the output of one replica of d's remote work.
+	Logs(ctx context.Context, d *v1alpha1.Dispatch, o LogOptions) (*Logs, error)
+}
+
+// LogOptions choose what Logs returns.
+type LogOptions struct {
+	// Replica names one pod or task ("<replicatedJob>-<jobIndex>-<podIndex>",
+	// e.g. node-0-1); empty means the first (rank 0).
+	Replica string
+	// TailLines keeps only the last lines (0: all that fit LimitBytes).
+	TailLines int64
+	// LimitBytes bounds the bytes returned, keeping the end.
+	LimitBytes int64
+}
+
+// Logs is output read from remote work.
+type Logs struct {
+	// Source says where the output was read from, for the user.
+	Source string
+	Data   []byte
+	// Truncated is set when older output was cut to fit LimitBytes.
+	Truncated bool
+}
+
+// TailOf keeps the last lines of data (all when lines is 0) and then at most
+// limit bytes (no limit when 0), starting at a line boundary when it cuts.
+func TailOf(data []byte, lines, limit int64) (out []byte, truncated bool) {
+	if lines > 0 {
+		end := len(data)
+		if end > 0 && data[end-1] == '\n' {
+			end-- // a final newline does not start another line
+		}
+		n := int64(0)
+		for i := end - 1; i >= 0; i-- {
+			if data[i] == '\n' {
+				n++
+				if n == lines {
+					data, truncated = data[i+1:], true
+					break
+				}
+			}
+		}
+	}
+	if limit > 0 && int64(len(data)) > limit {
+		data, truncated = data[int64(len(data))-limit:], true
+		if i := bytes.IndexByte(data, '\n'); i >= 0 && i+1 < len(data) {
+			data = data[i+1:]
+		}
+	}
+	return data, truncated
 }

@@ -78,6 +78,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := b.Complete(r); err != nil {
 		return err
 	}
+	logs := &LogsReconciler{Hub: mgr.GetClient(), Answers: mgr.GetAPIReader(), Backend: opts.Backend}
+	if err := logs.SetupWithManager(mgr, opts.Target); err != nil {
+		return err
+	}
 	hb := &Heartbeat{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Interval: opts.HeartbeatInterval, Kick: opts.HeartbeatKick}
 	if err := mgr.Add(hb); err != nil {
 		return err

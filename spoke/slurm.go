@@ -37,6 +37,10 @@ type SlurmOptions struct {
 	ServiceUser string
 	// PollInterval of the job listing (default DefaultSlurmPollInterval).
 	PollInterval time.Duration
+	// OutputRoot is where the cluster's filesystem (the jobs' working
+	// directories) is visible to the agent, for `trainyard logs`; empty
+	// turns logs off.
+	OutputRoot string
 	// HTTPClient talks to slurmrestd (default: 30 s timeout).
 	HTTPClient *http.Client
 	Agent      Options
@@ -80,6 +84,7 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 		return &t, nil
 	}
 	backend := slurm.NewBackend(c, target)
+	backend.OutputRoot = o.OutputRoot
 	if path := t.Spec.Slurm.TopologyFile; path != "" {
 		backend.Topology = func() (*slurm.Topology, error) {
 			f, err := os.Open(path)

@@ -24,6 +24,10 @@ type Backend struct {
 	Target func(ctx context.Context) (*v1alpha1.Target, error)
 	// Topology returns the cluster's topology; nil means nodes only.
 	Topology func() (*Topology, error)
+	// OutputRoot is where the agent sees the cluster's filesystem, to read
+	// job output for `trainyard logs` ("/" on a login node, a mount
+	// elsewhere); empty turns logs off.
+	OutputRoot string
 
 	mu sync.Mutex
 	// created is when this backend was made: a job list taken after it

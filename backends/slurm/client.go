@@ -135,6 +135,8 @@ type JobInfo struct {
 	Name         string   `json:"name"`
 	Comment      string   `json:"comment"`
 	UserName     string   `json:"user_name"`
+	UserID       *int32   `json:"user_id"`
+	WorkDir      string   `json:"current_working_directory"`
 	Partition    string   `json:"partition"`
 	JobState     []string `json:"job_state"`
 	StateReason  string   `json:"state_reason"`

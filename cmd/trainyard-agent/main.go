@@ -26,6 +26,7 @@ type flags struct {
 	burst                                           int
 	heartbeat, slurmPoll                            time.Duration
 	slurmServiceUser                                string
+	slurmOutputRoot                                 string
 }
 
 func main() {
@@ -41,6 +42,7 @@ func main() {
 	flag.IntVar(&f.burst, "kube-api-burst", spoke.DefaultBurst, "burst of queries to each API server")
 	flag.DurationVar(&f.heartbeat, "heartbeat-interval", spoke.DefaultHeartbeatInterval, "how often capacity and a heartbeat are published")
 	flag.DurationVar(&f.slurmPoll, "slurm-poll-interval", spoke.DefaultSlurmPollInterval, "how often the Slurm job list is read for state changes (slurm backend)")
+	flag.StringVar(&f.slurmOutputRoot, "slurm-output-root", "", "where the Slurm cluster's filesystem is mounted in the agent, to read job output for `trainyard logs` (slurm backend; \"/\" on a login node; empty: logs off)")
 	flag.StringVar(&f.slurmServiceUser, "slurm-service-user", "", "Slurm user that reads jobs and nodes and cancels jobs (slurm backend; default: slurm with a signing key, the token's user with a token)")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
@@ -77,7 +79,7 @@ func run(f flags) error {
 		mgr, err = spoke.NewSlurmAgent(ctx, hubCfg, spoke.SlurmOptions{
 			Target: f.target, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
 			LeaderElect: f.leaderElect, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
-			ServiceUser: f.slurmServiceUser, PollInterval: f.slurmPoll,
+			ServiceUser: f.slurmServiceUser, PollInterval: f.slurmPoll, OutputRoot: f.slurmOutputRoot,
 		})
 	default:
 		return fmt.Errorf("unknown --backend %q (kubernetes or slurm)", f.backend)

@@ -24,6 +24,8 @@ func AgentRBAC(t *v1alpha1.Target, subject rbacv1.Subject) []client.Object {
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+			// Answers to `trainyard logs`, read uncached (no list or watch).
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}},
 		},
 	}
 	if sl := t.Spec.Slurm; sl != nil && sl.Auth != nil && sl.Auth.SecretRef != nil {

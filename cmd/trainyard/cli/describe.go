@@ -154,35 +154,43 @@ of the TrainJob and the Workload.`,
 // describeJob reads the TrainJob, its Workload, their Dispatches,
 // admission checks and events.
 func describeJob(ctx context.Context, h *hub, e *env, name string) (*Description, error) {
-	var tj trainer.TrainJob
-	if err := h.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: name}, &tj); err != nil {
-		return nil, notFoundIn(explain(err), h.namespace)
-	}
-	// Only this job's Dispatches are read, by its Workload's UID.
-	lists := &hubLists{}
-	if err := lists.listWorkloads(ctx, h, h.namespace); err != nil {
+	s, err := readJobState(ctx, h, e, name)
+	if err != nil {
 		return nil, err
 	}
-	wl := newHubIndex(lists.workloads, nil).state(&tj).wl
-	if wl != nil {
-		if err := lists.listDispatches(ctx, h, client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)}); err != nil {
-			return nil, err
-		}
-	}
-	for _, w := range lists.warnings {
-		fmt.Fprintln(e.ErrOut, "warning:", w)
-	}
-	s := newHubIndex(lists.workloads, lists.dispatches).state(&tj)
+	tj := s.tj
 	d := describe(s, trainyardChecks(ctx, h, s.wl))
 	objs := map[types.UID]string{tj.UID: "TrainJob/" + tj.Name}
 	if s.wl != nil {
 		objs[s.wl.UID] = "Workload/" + s.wl.Name
 	}
-	var err error
 	if d.Events, err = eventsOf(ctx, h, h.namespace, objs); err != nil {
 		fmt.Fprintln(e.ErrOut, "warning: cannot list events:", err)
 	}
 	return d, nil
+}
+
+// readJobState reads one TrainJob of the hub namespace with its Workload
+// and only that Workload's Dispatches (by its UID).
+func readJobState(ctx context.Context, h *hub, e *env, name string) (jobState, error) {
+	var tj trainer.TrainJob
+	if err := h.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: name}, &tj); err != nil {
+		return jobState{}, notFoundIn(explain(err), h.namespace)
+	}
+	lists := &hubLists{}
+	if err := lists.listWorkloads(ctx, h, h.namespace); err != nil {
+		return jobState{}, err
+	}
+	wl := newHubIndex(lists.workloads, nil).state(&tj).wl
+	if wl != nil {
+		if err := lists.listDispatches(ctx, h, client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)}); err != nil {
+			return jobState{}, err
+		}
+	}
+	for _, w := range lists.warnings {
+		fmt.Fprintln(e.ErrOut, "warning:", w)
+	}
+	return newHubIndex(lists.workloads, lists.dispatches).state(&tj), nil
 }
 
 // describe builds the Description of a job; trainyard names the admission

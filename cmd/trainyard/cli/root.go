@@ -100,7 +100,7 @@ it as "kubectl trainyard".`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%w\nSee '%s --help' for usage", err, c.CommandPath())
 	})
-	root.AddCommand(newTargetsCommand(e), newJobsCommand(e), newDescribeCommand(e), newConvertCommand(e))
+	root.AddCommand(newTargetsCommand(e), newJobsCommand(e), newDescribeCommand(e), newLogsCommand(e), newConvertCommand(e))
 	root.AddCommand(extra...)
 	return root
 }

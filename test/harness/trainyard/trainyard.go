@@ -136,7 +136,7 @@ func Start(ctx context.Context, fleet *kube.Fleet, o Options) (*Controllers, err
 		st := st
 		a := &Component{Name: "agent-" + st.Name, build: func(ctx context.Context) (ctrl.Manager, error) {
 			return spoke.NewSlurmAgent(ctx, c.AgentConfigs[st.Name], spoke.SlurmOptions{
-				Target: st.Name, SkipNameValidation: true, PollInterval: st.PollInterval,
+				Target: st.Name, SkipNameValidation: true, PollInterval: st.PollInterval, OutputRoot: st.Cluster.Root,
 				Agent: spoke.Options{HeartbeatInterval: o.HeartbeatInterval, FenceInterval: o.FenceInterval, Resync: o.Resync},
 			})
 		}}

@@ -21,6 +21,7 @@ func TestLint(t *testing.T) {
 		{"agent leaderWorkerSet", agentRelease("--set", "kubernetes.leaderWorkerSet=true", "--set", "metrics.serviceMonitor.enabled=true")},
 		{"agent slurm", slurmRelease()},
 		{"agent slurm, credential on the hub", slurmRelease("--set", "slurm.credentialSecret=", "--set", "slurm.serviceUser=slurm")},
+		{"agent slurm, output mounted for logs", slurmRelease("--set", "slurm.outputVolume.hostPath.path=/shared", "--set", "slurm.outputRoot=/shared")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"lint", "--strict", chartPath(tc.r.chart), "--namespace", releaseNS}, tc.r.values...)

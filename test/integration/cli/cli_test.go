@@ -320,6 +320,18 @@ func TestErrors(t *testing.T) {
 			args:       []string{"targets", "--context", "nope"},
 			wantErrOut: "error: load kubeconfig: context \"nope\" does not exist\n",
 		},
+		"logs of a job that does not exist": {
+			args:       []string{"logs", "missing", "-n", "team-a"},
+			wantErrOut: "error: trainjobs.trainer.kubeflow.org \"missing\" not found in namespace \"team-a\"\n",
+		},
+		"logs when no agent answers": {
+			args:       []string{"logs", "llama", "-n", "team-a", "--request-timeout", "1s"},
+			wantErrOut: "error: the agent of target spoke-1 did not answer within 1s; is it running? (see 'kubectl trainyard targets')\n",
+		},
+		"logs with a negative tail": {
+			args:       []string{"logs", "llama", "-n", "team-a", "--tail", "-2"},
+			wantErrOut: "error: --tail must be -1 or more",
+		},
 		"an unknown flag": {
 			args:       []string{"jobs", "--bogus"},
 			wantErrOut: "error: unknown flag: --bogus\nSee 'kubectl trainyard jobs --help' for usage\n",

@@ -1,0 +1,149 @@
+package slurm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
+)
+
+// Logs reads the end of a job's output files (stdout, then stderr when it
+// has any, headed like tail(1) does for several files) below OutputRoot.
+//
+// The agent may read more than the job's user can, and the files live in
+// a directory the user writes, so a file is read only if it is a regular
+// file owned by the job's user and reached without following a symlink:
+// a tenant who swaps their output for a link to someone else's file gets
+// an error, not the file.
+func (b *Backend) Logs(ctx context.Context, d *v1alpha1.Dispatch, o backends.LogOptions) (*backends.Logs, error) {
+	if b.OutputRoot == "" {
+		return nil, errors.New("this agent reads no Slurm output: start it with --slurm-output-root where the cluster's filesystem is mounted")
+	}
+	if o.Replica != "" {
+		return nil, fmt.Errorf("a Slurm job writes one output for all its tasks; drop --replica %q", o.Replica)
+	}
+	j, err := b.find(ctx, d, remoteID(d))
+	if errors.Is(err, ErrJobNotFound) {
+		return nil, fmt.Errorf("%w: %w", backends.ErrNotFound, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if j.UserID == nil {
+		return nil, fmt.Errorf("slurm job %d reports no user id", j.JobID)
+	}
+	var parts [][]byte
+	var sources []string
+	truncated := false
+	for i, ext := range []string{"out", "err"} {
+		path, err := outputPath(j, ext)
+		if err != nil {
+			return nil, err
+		}
+		data, cut, err := readOwnedTail(b.OutputRoot, path, uint32(*j.UserID), o.LimitBytes)
+		if errors.Is(err, os.ErrNotExist) && i == 0 {
+			return nil, fmt.Errorf("%w: slurm job %d has no output yet (%s; state %s)", backends.ErrNotFound, j.JobID, path, strings.Join(j.JobState, ","))
+		}
+		if errors.Is(err, os.ErrNotExist) || (i > 0 && len(data) == 0) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("slurm job %d: %w", j.JobID, err)
+		}
+		data, tailCut := backends.TailOf(data, o.TailLines, 0)
+		truncated = truncated || cut || tailCut
+		parts, sources = append(parts, data), append(sources, path)
+	}
+	out := parts[0]
+	if len(parts) > 1 {
+		out = nil
+		for i, p := range parts {
+			if i > 0 && (len(out) == 0 || out[len(out)-1] != '\n') {
+				out = append(out, '\n')
+			}
+			out = append(out, fmt.Sprintf("==> %s <==\n", sources[i])...)
+			out = append(out, p...)
+		}
+		out, _ = backends.TailOf(out, 0, o.LimitBytes)
+	}
+	return &backends.Logs{Source: fmt.Sprintf("slurm job %d: %s", j.JobID, strings.Join(sources, ", ")), Data: out, Truncated: truncated}, nil
+}
+
+// outputPath is where Render told Slurm to write a job's stream ("%x.%j.<ext>"
+// in the job's working directory). It is derived from the job's name and
+// id, never from a path a job reports, and must stay absolute and clean.
+func outputPath(j *JobInfo, ext string) (string, error) {
+	dir := j.WorkDir
+	if dir == "" {
+		dir = "/tmp"
+	}
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || strings.ContainsAny(j.Name, "/\x00") || j.Name == "" || j.Name == ".." {
+		return "", fmt.Errorf("slurm job %d: unexpected working directory %q or name %q", j.JobID, dir, j.Name)
+	}
+	return filepath.Join(dir, fmt.Sprintf("%s.%d.%s", j.Name, j.JobID, ext)), nil
+}
+
+// readOwnedTail reads at most limit bytes from the end of path below root,
+// if it is a regular file owned by uid and not a symlink. cut reports
+// whether the beginning was left out. Errors name path as the cluster sees
+// it, not where the agent mounts it.
+func readOwnedTail(root, path string, uid uint32, limit int64) (data []byte, cut bool, err error) {
+	// O_NONBLOCK: a FIFO put in the file's place must not hang the agent.
+	f, err := os.OpenFile(filepath.Join(root, path), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+		err = fmt.Errorf("%s: %w", path, pe.Err) // hide the agent's mount
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, false, fmt.Errorf("%s is a symlink; refusing to follow it", path)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, false, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, false, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	case !ok || st.Uid != uid:
+		return nil, false, fmt.Errorf("%s is not owned by the job's user (uid %d)", path, uid)
+	}
+	size := fi.Size()
+	// Read one byte before the window too, to know whether the window
+	// starts a line; a partial first line is dropped.
+	var r io.Reader = f
+	if limit > 0 && size > limit {
+		if _, err := f.Seek(size-limit-1, io.SeekStart); err != nil {
+			return nil, false, err
+		}
+		cut = true
+	}
+	if limit > 0 {
+		r = io.LimitReader(f, limit+1) // the file may grow while it is read
+	}
+	data, err = io.ReadAll(r)
+	if err != nil {
+		return nil, false, err
+	}
+	if cut {
+		if i := bytes.IndexByte(data, '\n'); i >= 0 && i+1 < len(data) {
+			data = data[i+1:]
+		} else {
+			data = data[1:]
+		}
+	} else if limit > 0 && int64(len(data)) > limit {
+		data = data[:limit] // grew past limit since the stat
+	}
+	return data, cut, nil
+}
