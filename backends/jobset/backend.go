@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -100,17 +102,23 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	existing, err := b.get(ctx, name)
 	switch {
 	case err == nil:
-		return b.adopt(existing, d)
+		return b.adoptWithCompanions(ctx, existing, d)
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("get jobset %s/%s: %w", b.opts.Namespace, name, err)
 	}
-	js, err := Render(d, RenderOptions{Namespace: b.opts.Namespace})
+	r, err := RenderAll(d, RenderOptions{Namespace: b.opts.Namespace})
 	if err != nil {
 		return nil, err
 	}
-	err = b.create(ctx, js)
+	err = b.create(ctx, r.JobSet)
 	switch {
 	case err == nil:
+		// The JobSet comes first, so its companions can be owned by it and
+		// never outlive it; its pods wait for a missing Secret or ConfigMap
+		// volume, and a crash here is mended by the next Submit's adopt.
+		if err := b.createCompanions(ctx, r.JobSet, r.Companions); err != nil {
+			return nil, err
+		}
 		return b.ref(name), nil
 	case !apierrors.IsAlreadyExists(err):
 		return nil, err
@@ -120,7 +128,70 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	if existing, err = b.waitVisible(ctx, name); err != nil {
 		return nil, err
 	}
-	return b.adopt(existing, d)
+	return b.adoptWithCompanions(ctx, existing, d)
+}
+
+// adoptWithCompanions adopts js and creates whichever of the objects its
+// pods mount (an MPI job's Secret and ConfigMap) an interrupted Submit left
+// uncreated, from a fresh render.
+func (b *Backend) adoptWithCompanions(ctx context.Context, js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) (*v1alpha1.RemoteRef, error) {
+	ref, err := b.adopt(js, d)
+	if err != nil || !mountsCompanions(js) {
+		return ref, err
+	}
+	r, err := RenderAll(d, RenderOptions{Namespace: b.opts.Namespace})
+	if err != nil {
+		return nil, err
+	}
+	if err := b.createCompanions(ctx, js, r.Companions); err != nil {
+		return nil, err
+	}
+	return ref, nil
+}
+
+// createCompanions creates objs owned by js; those that exist are kept (an
+// MPI key pair, once made, is never replaced). Reads go to the API server,
+// so the agent keeps no Secret informer.
+func (b *Backend) createCompanions(ctx context.Context, js *jobsetv1alpha2.JobSet, objs []client.Object) error {
+	reader := b.opts.LiveReader
+	if reader == nil {
+		reader = b.c
+	}
+	for _, o := range objs {
+		probe, ok := o.DeepCopyObject().(client.Object)
+		if !ok {
+			return fmt.Errorf("cannot copy %T", o)
+		}
+		err := reader.Get(ctx, client.ObjectKeyFromObject(o), probe)
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get %T %s/%s: %w", o, o.GetNamespace(), o.GetName(), err)
+		}
+		if err := controllerutil.SetControllerReference(js, o, b.c.Scheme()); err != nil {
+			return err
+		}
+		if err := b.c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			// The error names the object, never its data (a private key).
+			return fmt.Errorf("create %T %s/%s for jobset %s: %w", o, o.GetNamespace(), o.GetName(), js.Name, err)
+		}
+	}
+	return nil
+}
+
+// mountsCompanions reports whether js's pods mount an MPI Secret or
+// hostfile ConfigMap named after it.
+func mountsCompanions(js *jobsetv1alpha2.JobSet) bool {
+	for _, rj := range js.Spec.ReplicatedJobs {
+		for _, v := range rj.Template.Spec.Template.Spec.Volumes {
+			if (v.Secret != nil && strings.HasPrefix(v.Secret.SecretName, js.Name)) ||
+				(v.ConfigMap != nil && strings.HasPrefix(v.ConfigMap.Name, js.Name)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // create creates js, creating its namespace first if the API server says

@@ -10,6 +10,7 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -41,6 +42,24 @@ type RenderOptions struct {
 // names it, labels it and pins its pod sets to their topology domains. Input
 // that can never render returns an error wrapping backends.ErrRejected.
 func Render(d *v1alpha1.Dispatch, opts RenderOptions) (*jobsetv1alpha2.JobSet, error) {
+	r, err := RenderAll(d, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.JobSet, nil
+}
+
+// Rendered is a Dispatch's remote work: the JobSet and the objects its pods
+// need, which Submit creates owned by the JobSet.
+type Rendered struct {
+	JobSet *jobsetv1alpha2.JobSet
+	// Companions are an MPI job's SSH key Secret (a fresh key pair on every
+	// render) and hostfile ConfigMap, in the JobSet's namespace.
+	Companions []client.Object
+}
+
+// RenderAll renders the JobSet and its companions.
+func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 	if opts.Namespace == "" {
 		return nil, fmt.Errorf("render %s/%s: no spoke namespace", d.Namespace, d.Name)
 	}
@@ -56,7 +75,7 @@ func Render(d *v1alpha1.Dispatch, opts RenderOptions) (*jobsetv1alpha2.JobSet, e
 	if err != nil {
 		return nil, err
 	}
-	js, err := fw.buildJobSet(tj, spec)
+	js, companions, err := fw.buildJobSet(tj, spec)
 	if err != nil {
 		return nil, rejected(d, err)
 	}
@@ -64,7 +83,11 @@ func Render(d *v1alpha1.Dispatch, opts RenderOptions) (*jobsetv1alpha2.JobSet, e
 		return nil, rejected(d, err)
 	}
 	finish(js, d)
-	return js, nil
+	for _, o := range companions {
+		o.SetNamespace(js.Namespace)
+		o.SetLabels(backends.RemoteLabels(d))
+	}
+	return &Rendered{JobSet: js, Companions: companions}, nil
 }
 
 func rejected(d *v1alpha1.Dispatch, err error) error {
@@ -114,9 +137,10 @@ func checkRuntimeRef(ref *trainer.RuntimeRef, kind v1alpha1.RuntimeKind) error {
 }
 
 // runtimeSpec decodes the runtime snapshot and refuses what this backend
-// cannot run. MPI and Flux need more objects than the JobSet (an SSH secret
-// and hostfile, a Flux config map), and pod group policies need a PodGroup
-// and its scheduler on the spoke; none of these are rendered yet.
+// cannot run: Flux needs its own config map and installer, and pod group
+// policies a PodGroup and its scheduler on the spoke, none of which are
+// rendered yet. MPI's unset fields get the defaults the Trainer CRD gives
+// them, which a snapshot taken from an older CRD may lack.
 func runtimeSpec(d *v1alpha1.Dispatch) (*trainer.TrainingRuntimeSpec, error) {
 	spec := &trainer.TrainingRuntimeSpec{}
 	if err := decodeObject(d.Spec.Runtime.Spec.Raw, spec); err != nil {
@@ -126,11 +150,26 @@ func runtimeSpec(d *v1alpha1.Dispatch) (*trainer.TrainingRuntimeSpec, error) {
 		return nil, fmt.Errorf("runtime %q has no replicated jobs", d.Spec.Runtime.Name)
 	}
 	if ml := spec.MLPolicy; ml != nil {
-		switch {
-		case ml.MPI != nil:
-			return nil, fmt.Errorf("runtime %q: MPI runtimes are not supported by the JobSet backend", d.Spec.Runtime.Name)
-		case ml.Flux != nil:
+		if ml.Flux != nil {
 			return nil, fmt.Errorf("runtime %q: Flux runtimes are not supported by the JobSet backend", d.Spec.Runtime.Name)
+		}
+		if mpi := ml.MPI; mpi != nil {
+			if mpi.MPIImplementation == nil {
+				mpi.MPIImplementation = ptr.To(trainer.MPIImplementationOpenMPI)
+			}
+			if *mpi.MPIImplementation != trainer.MPIImplementationOpenMPI {
+				// Trainer's MPI plugin renders OpenMPI only.
+				return nil, fmt.Errorf("runtime %q: MPI implementation %s is not supported on Kubernetes spokes (OpenMPI is)", d.Spec.Runtime.Name, *mpi.MPIImplementation)
+			}
+			if mpi.NumProcPerNode == nil {
+				mpi.NumProcPerNode = ptr.To[int32](1)
+			}
+			if mpi.SSHAuthMountPath == nil {
+				mpi.SSHAuthMountPath = ptr.To("/root/.ssh")
+			}
+			if mpi.RunLauncherAsNode == nil {
+				mpi.RunLauncherAsNode = ptr.To(false)
+			}
 		}
 	}
 	if spec.PodGroupPolicy != nil {

@@ -260,11 +260,11 @@ func TestRenderRejects(t *testing.T) {
 			d:    func() *v1alpha1.Dispatch { d := good().Obj(); d.Spec.Runtime.Spec = raw(`{"template":{}}`); return d }(),
 			want: "has no replicated jobs",
 		},
-		"MPI runtime": {
+		"MPI other than OpenMPI": {
 			d: withRuntime(func(rt *trainer.TrainingRuntimeSpec) {
-				rt.MLPolicy.Torch, rt.MLPolicy.MPI = nil, &trainer.MPIMLPolicySource{}
+				rt.MLPolicy.Torch, rt.MLPolicy.MPI = nil, &trainer.MPIMLPolicySource{MPIImplementation: ptr.To(trainer.MPIImplementationIntel)}
 			}),
-			want: "MPI runtimes are not supported",
+			want: "MPI implementation Intel is not supported",
 		},
 		"pod group policy": {
 			d: withRuntime(func(rt *trainer.TrainingRuntimeSpec) {

@@ -12,8 +12,11 @@ import (
 	kftrainercore "github.com/kubeflow/trainer/v2/pkg/runtime/core"
 	"github.com/kubeflow/trainer/v2/pkg/runtime/framework"
 	kftrainerjobset "github.com/kubeflow/trainer/v2/pkg/runtime/framework/plugins/jobset"
+	kftrainermpi "github.com/kubeflow/trainer/v2/pkg/runtime/framework/plugins/mpi"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -34,6 +37,8 @@ import (
 type trainerFramework struct {
 	runtimes map[string]kftrainerruntime.Runtime
 	jobSet   framework.ComponentBuilderPlugin
+	// mpi builds an MPI job's SSH key Secret and hostfile ConfigMap.
+	mpi framework.ComponentBuilderPlugin
 }
 
 var (
@@ -72,7 +77,15 @@ func newTrainerFramework(ctx context.Context) (*trainerFramework, error) {
 	if !ok {
 		return nil, errors.New("trainer JobSet plugin builds no components")
 	}
-	return &trainerFramework{runtimes: runtimes, jobSet: builder}, nil
+	mpiPlugin, err := kftrainermpi.New(ctx, c, noopIndexer{}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("initialise Trainer MPI plugin: %w", err)
+	}
+	mpi, ok := mpiPlugin.(framework.ComponentBuilderPlugin)
+	if !ok {
+		return nil, errors.New("trainer MPI plugin builds no components")
+	}
+	return &trainerFramework{runtimes: runtimes, jobSet: builder, mpi: mpi}, nil
 }
 
 // noopIndexer satisfies Trainer's set-up, which registers TrainJob indexes
@@ -90,38 +103,77 @@ func (noopIndexer) IndexField(context.Context, client.Object, string, client.Ind
 // Kueue's getChildJobSet stops short of the env merge (it only needs pod
 // counts), which would lose torch's PET_* variables, so its shortcut is not
 // copied here.
-func (f *trainerFramework) buildJobSet(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) (*jobsetv1alpha2.JobSet, error) {
+func (f *trainerFramework) buildJobSet(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) (*jobsetv1alpha2.JobSet, []client.Object, error) {
 	key := kftrainerruntime.RuntimeRefToRuntimeRegistryKey(tj.Spec.RuntimeRef)
 	rt, ok := f.runtimes[key]
 	if !ok {
-		return nil, fmt.Errorf("unsupported runtime kind %q", key)
+		return nil, nil, fmt.Errorf("unsupported runtime kind %q", key)
 	}
 	info, err := rt.RuntimeInfo(tj, spec.Template, spec.MLPolicy, spec.PodGroupPolicy)
 	if err != nil {
-		return nil, fmt.Errorf("runtime info: %w", err)
+		return nil, nil, fmt.Errorf("runtime info: %w", err)
 	}
 	objs, err := f.jobSet.Build(context.Background(), info, tj)
 	if err != nil {
-		return nil, fmt.Errorf("build JobSet: %w", err)
+		return nil, nil, fmt.Errorf("build JobSet: %w", err)
 	}
+	var js *jobsetv1alpha2.JobSet
 	for _, o := range objs {
 		if ac, ok := o.(*jobsetv1alpha2ac.JobSetApplyConfiguration); ok {
-			return fromApply(ac)
+			if js, err = fromApply[jobsetv1alpha2.JobSet](ac); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
-	return nil, errors.New("trainer built no JobSet")
+	if js == nil {
+		return nil, nil, errors.New("trainer built no JobSet")
+	}
+	companions, err := f.buildMPI(info, tj)
+	return js, companions, err
 }
 
-// fromApply turns the apply configuration into a typed JobSet through JSON,
-// as Kueue does: both share the wire format.
-func fromApply(ac *jobsetv1alpha2ac.JobSetApplyConfiguration) (*jobsetv1alpha2.JobSet, error) {
+// buildMPI runs Trainer's MPI plugin, which makes the SSH key pair Secret
+// and the hostfile ConfigMap its volumes in the JobSet name. Trainer makes
+// them owned by the TrainJob, which exists only on the hub; Submit makes
+// them owned by the JobSet instead.
+func (f *trainerFramework) buildMPI(info *kftrainerruntime.Info, tj *trainer.TrainJob) ([]client.Object, error) {
+	if info.RuntimePolicy.MLPolicySource == nil || info.RuntimePolicy.MLPolicySource.MPI == nil {
+		return nil, nil
+	}
+	objs, err := f.mpi.Build(context.Background(), info, tj)
+	if err != nil {
+		return nil, fmt.Errorf("build MPI objects: %w", err)
+	}
+	var out []client.Object
+	for _, o := range objs {
+		var obj client.Object
+		switch ac := o.(type) {
+		case *corev1ac.SecretApplyConfiguration:
+			obj, err = fromApply[corev1.Secret](ac)
+		case *corev1ac.ConfigMapApplyConfiguration:
+			obj, err = fromApply[corev1.ConfigMap](ac)
+		default:
+			err = fmt.Errorf("trainer's MPI plugin built an unexpected %T", o)
+		}
+		if err != nil {
+			return nil, err
+		}
+		obj.SetOwnerReferences(nil)
+		out = append(out, obj)
+	}
+	return out, nil
+}
+
+// fromApply turns an apply configuration into its typed object through
+// JSON, as Kueue does: both share the wire format.
+func fromApply[T any, PT interface{ *T }](ac any) (PT, error) {
 	raw, err := json.Marshal(ac)
 	if err != nil {
 		return nil, err
 	}
-	js := &jobsetv1alpha2.JobSet{}
-	if err := json.Unmarshal(raw, js); err != nil {
+	obj := PT(new(T))
+	if err := json.Unmarshal(raw, obj); err != nil {
 		return nil, err
 	}
-	return js, nil
+	return obj, nil
 }

@@ -178,3 +178,38 @@ func TorchRuntimeSpec(numNodes int32) trainer.TrainingRuntimeSpec {
 		}},
 	}
 }
+
+// MPIRuntimeSpec returns an OpenMPI runtime in the shape of Trainer's own
+// MPI runtimes: a "launcher" job that runs mpirun and a "node" job whose
+// pods run sshd, procs MPI processes per node.
+func MPIRuntimeSpec(numNodes, procs int32) trainer.TrainingRuntimeSpec {
+	container := func(cmd ...string) corev1.Container {
+		return corev1.Container{Name: constants.Node, Image: "mpioperator/mpi-pi:openmpi", Command: cmd}
+	}
+	job := func(name string, labels map[string]string, c corev1.Container) jobsetv1alpha2.ReplicatedJob {
+		return jobsetv1alpha2.ReplicatedJob{
+			Name: name, Replicas: 1,
+			Template: batchv1.JobTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{c},
+				}}},
+			},
+		}
+	}
+	return trainer.TrainingRuntimeSpec{
+		MLPolicy: &trainer.MLPolicy{
+			NumNodes: ptr.To(numNodes),
+			MLPolicySource: trainer.MLPolicySource{MPI: &trainer.MPIMLPolicySource{
+				NumProcPerNode: ptr.To(procs), MPIImplementation: ptr.To(trainer.MPIImplementationOpenMPI),
+				SSHAuthMountPath: ptr.To("/home/mpiuser/.ssh"), RunLauncherAsNode: ptr.To(false),
+			}},
+		},
+		Template: trainer.JobSetTemplateSpec{Spec: jobsetv1alpha2.JobSetSpec{
+			ReplicatedJobs: []jobsetv1alpha2.ReplicatedJob{
+				job(constants.Launcher, map[string]string{constants.LabelTrainJobAncestor: constants.AncestorTrainer}, container("mpirun", "/home/mpiuser/pi")),
+				job(constants.Node, nil, container("/usr/sbin/sshd", "-De")),
+			},
+		}},
+	}
+}

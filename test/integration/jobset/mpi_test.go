@@ -1,0 +1,109 @@
+package jobset
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/jobset"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/util"
+)
+
+// mpiDispatch is a Dispatch of an OpenMPI TrainJob: a launcher and two
+// nodes of two processes each, all on kwok nodes for runFor.
+func mpiDispatch(name, runFor string) *v1alpha1.Dispatch {
+	rt := tyt.MPIRuntimeSpec(1, 2)
+	for i := range rt.Template.Spec.ReplicatedJobs {
+		job := &rt.Template.Spec.ReplicatedJobs[i].Template
+		job.Spec.BackoffLimit = ptr.To[int32](0)
+		job.Spec.Template.Annotations = map[string]string{"kwok.trainyard.dev/run-for": runFor}
+		job.Spec.Template.Spec.Tolerations = []corev1.Toleration{kube.KwokToleration}
+	}
+	tj := tyt.MakeTrainJob("train-"+name, "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(1).Obj()
+	return tyt.MakeDispatch(name, "trainyard-spoke", "spoke").
+		SnapshotTrainJob(tj).SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "mpi", rt).
+		PodSets(v1alpha1.PodSetPlacement{Name: "launcher", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: 2}).Obj()
+}
+
+// TestMPIJobRunsWithKeysAndHostfile: an MPI Dispatch runs as a launcher and
+// two node pods with the SSH key Secret and hostfile ConfigMap Trainer's MPI
+// plugin defines, owned by the JobSet; it runs to Succeeded, and Cancel
+// leaves none of them behind.
+func TestMPIJobRunsWithKeysAndHostfile(t *testing.T) {
+	ctx, g := context.Background(), NewWithT(t)
+	b := jobset.New(cached, jobset.Options{Namespace: jobsNS, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
+	d := mpiDispatch("mpi", "4s")
+	ref, err := b.Submit(ctx, d)
+	g.Expect(err).NotTo(HaveOccurred())
+	name := ref.Name
+
+	var keys corev1.Secret
+	g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: jobsNS, Name: name + "-mpi-ssh-auth"}, &keys)).To(Succeed())
+	g.Expect(keys.Type).To(Equal(corev1.SecretTypeSSHAuth))
+	g.Expect(string(keys.Data[corev1.SSHAuthPrivateKey])).To(HavePrefix("-----BEGIN EC PRIVATE KEY-----"))
+	var hostfile corev1.ConfigMap
+	g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: jobsNS, Name: name + "-mpi-hostfile"}, &hostfile)).To(Succeed())
+	g.Expect(hostfile.Data["hostfile"]).To(Equal(name + "-node-0-0." + name + " slots=2\n" + name + "-node-0-1." + name + " slots=2\n"))
+	for _, o := range []client.Object{&keys, &hostfile} {
+		g.Expect(o.GetOwnerReferences()).To(HaveLen(1))
+		g.Expect(o.GetOwnerReferences()[0].Kind).To(Equal("JobSet"))
+		g.Expect(o.GetOwnerReferences()[0].Name).To(Equal(name))
+	}
+
+	g.Eventually(func(g Gomega) {
+		pods := podsOf(g, name)
+		g.Expect(pods).To(HaveLen(3), "a launcher and two nodes")
+		for _, p := range pods {
+			volumes := map[string]string{}
+			for _, v := range p.Spec.Volumes {
+				switch {
+				case v.Secret != nil:
+					volumes[v.Name] = v.Secret.SecretName
+				case v.ConfigMap != nil:
+					volumes[v.Name] = v.ConfigMap.Name
+				}
+			}
+			g.Expect(volumes).To(HaveKeyWithValue("mpi-ssh-auth", keys.Name))
+			if strings.Contains(p.Name, "-launcher-") {
+				g.Expect(volumes).To(HaveKeyWithValue("mpi-hostfile", hostfile.Name))
+				g.Expect(envOf(p.Spec.Containers[0], "OMPI_MCA_orte_default_hostfile")).To(Equal("/etc/mpi/hostfile"))
+			}
+		}
+	}, util.Timeout, util.Interval).Should(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		st := observe(g, b, d)
+		g.Expect(st.Phase).To(Equal(v1alpha1.DispatchSucceeded), "reason %s: %s", st.Reason, st.Message)
+	}, util.Timeout, util.Interval).Should(Succeed())
+
+	// A Submit after a lost answer adopts everything and keeps the keys.
+	again, err := b.Submit(ctx, d)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again).To(Equal(ref))
+	var kept corev1.Secret
+	g.Expect(spoke.Client.Get(ctx, client.ObjectKeyFromObject(&keys), &kept)).To(Succeed())
+	g.Expect(kept.Data).To(Equal(keys.Data))
+
+	g.Eventually(func(g Gomega) {
+		gone, err := b.Cancel(ctx, d)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(gone).To(BeTrue())
+	}, util.Timeout, util.Interval).Should(Succeed())
+	// The garbage collector removes what the JobSet owned.
+	g.Eventually(func(g Gomega) {
+		for name, o := range map[string]client.Object{keys.Name: &corev1.Secret{}, hostfile.Name: &corev1.ConfigMap{}} {
+			err := spoke.Client.Get(ctx, client.ObjectKey{Namespace: jobsNS, Name: name}, o)
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s outlived its JobSet: %v", name, err)
+		}
+	}, util.Timeout, util.Interval).Should(Succeed())
+	g.Expect(jobSetsOf(g, d)).To(BeEmpty())
+}
