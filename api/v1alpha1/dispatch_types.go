@@ -114,6 +114,12 @@ type PodSetPlacement struct {
 	// +kubebuilder:validation:Minimum=0
 	Count int32 `json:"count"`
 
+	// gpusPerPod is each pod's GPU request, so the hub can book the GPUs of
+	// a Dispatch in flight on the nodes its pods were assigned.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	GPUsPerPod int64 `json:"gpusPerPod,omitempty"`
+
 	// flavors Kueue assigned, by resource name.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=16

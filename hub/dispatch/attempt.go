@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
@@ -200,15 +202,34 @@ func (r *Reconciler) place(ctx context.Context, req placement.Request) (placemen
 	return placement.Choose(req, candidates)
 }
 
-// reservationsOf reads the nodes a Dispatch's pods were assigned to. The
-// Dispatch records only its total GPUs, so the GPUs per pod are known, and
-// the nodes used, only for a single pod set; others stay unattributed.
+// reservationsOf reads the nodes a Dispatch's pinned pods were assigned
+// to. Pods of unpinned pod sets may land anywhere, so their GPUs stay
+// unattributed (the caller books them pessimistically). Dispatches written
+// before pod sets recorded their GPUs per pod are read by their total when
+// they have one pod set.
 func reservationsOf(d *v1alpha1.Dispatch, gpus int64, nodeLevel string) []placement.Reservation {
-	if len(d.Spec.PodSets) != 1 || d.Spec.PodSets[0].Count == 0 || nodeLevel == "" {
+	if nodeLevel == "" {
 		return nil
 	}
-	ps := d.Spec.PodSets[0]
-	return placement.ReservationsOf(ps.Topology, gpus/int64(ps.Count), nodeLevel)
+	byNode := map[string]int64{}
+	for _, ps := range d.Spec.PodSets {
+		perPod := ps.GPUsPerPod
+		if perPod == 0 && len(d.Spec.PodSets) == 1 && ps.Count > 0 {
+			perPod = gpus / int64(ps.Count)
+		}
+		for _, r := range placement.ReservationsOf(ps.Topology, perPod, nodeLevel) {
+			byNode[r.Node] += r.GPUs
+		}
+	}
+	out := make([]placement.Reservation, 0, len(byNode))
+	for node, n := range byNode {
+		out = append(out, placement.Reservation{Node: node, GPUs: n})
+	}
+	slices.SortFunc(out, func(a, b placement.Reservation) int { return strings.Compare(a.Node, b.Node) })
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // inFlightOn reports whether d's GPUs may be missing from its target's
@@ -361,7 +382,7 @@ func (r *Reconciler) newDispatch(ctx context.Context, wl *kueue.Workload, tj *tr
 	}
 	for _, ps := range req.PodSets {
 		d.Spec.PodSets = append(d.Spec.PodSets, v1alpha1.PodSetPlacement{
-			Name: ps.Name, Count: ps.Count, Flavors: flavors[kueue.PodSetReference(ps.Name)],
+			Name: ps.Name, Count: ps.Count, GPUsPerPod: ps.GPUsPerPod, Flavors: flavors[kueue.PodSetReference(ps.Name)],
 		})
 	}
 	// Only pod sets with a topology request are pinned to their domain;

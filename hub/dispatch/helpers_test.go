@@ -319,3 +319,48 @@ func TestInFlightOn(t *testing.T) {
 		})
 	}
 }
+
+func TestReservationsOf(t *testing.T) {
+	host := "kubernetes.io/hostname"
+	pinned := func(name string, count int32, perPod int64, nodes ...string) v1alpha1.PodSetPlacement {
+		ps := v1alpha1.PodSetPlacement{Name: name, Count: count, GPUsPerPod: perPod,
+			Topology: &v1alpha1.TopologyAssignment{Levels: []string{"rack", host}}}
+		for _, n := range nodes {
+			ps.Topology.Domains = append(ps.Topology.Domains, v1alpha1.TopologyDomainAssignment{Values: []string{"r1", n}, Count: 1})
+		}
+		return ps
+	}
+	cases := map[string]struct {
+		podSets []v1alpha1.PodSetPlacement
+		total   int64
+		want    []placement.Reservation
+	}{
+		"one pod set, GPUs per pod recorded": {
+			podSets: []v1alpha1.PodSetPlacement{pinned("node", 2, 4, "n1", "n2")}, total: 8,
+			want: []placement.Reservation{{Node: "n1", GPUs: 4}, {Node: "n2", GPUs: 4}},
+		},
+		"one pod set written before GPUs per pod": {
+			podSets: []v1alpha1.PodSetPlacement{pinned("node", 2, 0, "n1", "n2")}, total: 8,
+			want: []placement.Reservation{{Node: "n1", GPUs: 4}, {Node: "n2", GPUs: 4}},
+		},
+		"several pinned pod sets are each booked": {
+			podSets: []v1alpha1.PodSetPlacement{pinned("launcher", 1, 1, "n1"), pinned("node", 2, 4, "n1", "n2")}, total: 9,
+			want: []placement.Reservation{{Node: "n1", GPUs: 5}, {Node: "n2", GPUs: 4}},
+		},
+		"an unpinned pod set stays unattributed": {
+			podSets: []v1alpha1.PodSetPlacement{{Name: "launcher", Count: 1, GPUsPerPod: 1}, pinned("node", 2, 4, "n1", "n2")}, total: 9,
+			want: []placement.Reservation{{Node: "n1", GPUs: 4}, {Node: "n2", GPUs: 4}},
+		},
+		"several pod sets written before GPUs per pod": {
+			podSets: []v1alpha1.PodSetPlacement{pinned("launcher", 1, 0, "n1"), pinned("node", 2, 0, "n1", "n2")}, total: 9,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := &v1alpha1.Dispatch{Spec: v1alpha1.DispatchSpec{PodSets: tc.podSets}}
+			if diff := cmp.Diff(tc.want, reservationsOf(d, tc.total, host)); diff != "" {
+				t.Errorf("reservations (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
