@@ -173,7 +173,7 @@ func (v *view) chooseDomain(j int, g int64, n int32) (lo, hi int, roomiest int64
 			f := v.free[i]
 			free += f
 			if g > 0 && f >= g {
-				pods += f / g
+				pods += v.podsOn(f, g)
 			}
 		}
 		if g == 0 {
@@ -222,7 +222,7 @@ func (v *view) fill(lo, hi int, g int64, n int32) ([]onNode, bool) {
 		if n == 0 {
 			break
 		}
-		k := int32(min(v.free[i]/g, int64(n)))
+		k := int32(min(v.podsOn(v.free[i], g), int64(n)))
 		v.free[i] -= int64(k) * g
 		pods = append(pods, onNode{node: i, count: k})
 		n -= k
@@ -290,7 +290,7 @@ func (v *view) largestEmpty(j int, g, nodeGPUs int64) (pods, gpus int64) {
 			size := max(nodeGPUs, v.free[i])
 			sum += size
 			if g > 0 {
-				p += size / g
+				p += v.podsOn(size, g)
 			}
 		}
 		pods, gpus = max(pods, p), max(gpus, sum)

@@ -148,6 +148,20 @@ func TestChooseRequired(t *testing.T) {
 				onNodes(required(host, podSet(2, 2)), host, []string{"b1", "r1", "r1-n2"}, "b1", "r1-n2", "r1-n2"),
 			}},
 		},
+		"a Slurm node holds one pod of the job, however many GPUs it has free": {
+			// Slurm gives a job whole nodes: 2 pods of 2 GPUs are 2 of its numNodes.
+			req:        request(required(rack, podSet(2, 2))),
+			candidates: []Candidate{cand(racks(target("a").Type(v1alpha1.TargetTypeSlurm), rk("b1", "r1", 4, 4)))},
+			want: Decision{Target: "a", FreeAfter: 4, PodSets: []PodSetAssignment{
+				onNodes(required(rack, podSet(2, 2)), rack, []string{"b1", "r1"}, "b1", "r1-n0", "r1-n1"),
+			}},
+		},
+		"a Slurm job needs as many nodes as pods": {
+			req:        request(required(rack, podSet(3, 2))),
+			candidates: []Candidate{cand(racks(target("a").Type(v1alpha1.TargetTypeSlurm), rk("b1", "r1", 8, 8)))},
+			wantErr:    ErrNoCapacity,
+			wantMsg:    []string{"the roomiest holds 2"},
+		},
 		"the best rack decides between targets only through FreeAfter": {
 			req: request(required(rack, podSet(2, 8))),
 			candidates: []Candidate{

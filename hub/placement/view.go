@@ -36,6 +36,9 @@ type view struct {
 	// named is false when some domain does not name its nodes; assignments
 	// then stop at the leaf level.
 	named bool
+	// onePodPerNode: each pod is a whole node (a Slurm job's node is one
+	// of its numNodes), however many GPUs are free on it.
+	onePodPerNode bool
 
 	norm                  [][]string // normalized values per published domain
 	perm                  []int      // published domains in canonical order
@@ -65,6 +68,7 @@ func newView(t *v1alpha1.Target) *view {
 	}
 	v := viewPool.Get().(*view)
 	v.levels, v.nLeaf, v.domains, v.named = topo.Levels, max(len(topo.Levels)-1, 0), topo.Domains, named
+	v.onePodPerNode = t.Spec.Type == v1alpha1.TargetTypeSlurm
 	v.free, v.src = slices.Grow(v.free[:0], n), slices.Grow(v.src[:0], n)
 	v.norm, v.perm = v.norm[:0], v.perm[:0]
 	for i := range topo.Domains {
@@ -132,6 +136,14 @@ func (v *view) release() {
 	clear(v.norm)
 	v.levels, v.domains = nil, nil
 	viewPool.Put(v)
+}
+
+// podsOn is how many pods of g > 0 GPUs fit in free GPUs of one node.
+func (v *view) podsOn(free, g int64) int64 {
+	if v.onePodPerNode {
+		return min(free/g, 1)
+	}
+	return free / g
 }
 
 func (v *view) nameAt(a nodeAt) string { return v.domains[a.domain].Nodes[a.node] }
