@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -92,9 +93,13 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	if err := mgr.Add(spoke); err != nil {
 		return nil, err
 	}
+	logs, err := kubernetes.NewForConfig(spokeCfg)
+	if err != nil {
+		return nil, err
+	}
 	backend := jobset.New(spoke.GetClient(), jobset.Options{
 		Namespace: t.Spec.Kubernetes.Namespace, TopologyLevels: t.Spec.Kubernetes.TopologyLevels,
-		LiveReader: spoke.GetAPIReader(),
+		LiveReader: spoke.GetAPIReader(), Logs: logs,
 	})
 	opts := o.Agent
 	opts.Target, opts.Namespace, opts.Backend = t.Name, ns, backend

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -52,6 +53,8 @@ type Options struct {
 	// API server directly: a JobSet just created may not be in the cache
 	// yet, and "not found" must be true before anyone acts on it.
 	LiveReader client.Reader
+	// Logs reads pod logs for Logs (nil: the backend reads no logs).
+	Logs kubernetes.Interface
 }
 
 // Backend runs Dispatches as JobSets on one spoke cluster.

@@ -26,9 +26,9 @@ const (
 	ReasonDeleted   = "JobSetDeleted"
 )
 
-// Observe maps d's JobSet, and its pods where they tell more (start time,
-// exit code), to a backend status.
-func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.Status, error) {
+// ownedJobSet gets d's JobSet, wrapping backends.ErrNotFound when there
+// is none, and refuses one that another Dispatch made.
+func (b *Backend) ownedJobSet(ctx context.Context, d *v1alpha1.Dispatch) (*jobsetv1alpha2.JobSet, error) {
 	name := backends.RemoteName(d)
 	js, err := b.get(ctx, name)
 	if apierrors.IsNotFound(err) {
@@ -40,6 +40,17 @@ func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.
 	if err := checkOwned(js, d); err != nil {
 		return nil, err
 	}
+	return js, nil
+}
+
+// Observe maps d's JobSet, and its pods where they tell more (start time,
+// exit code), to a backend status.
+func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.Status, error) {
+	js, err := b.ownedJobSet(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	name := js.Name
 	var pods []corev1.Pod
 	if needsPods(js) {
 		if pods, err = b.pods(ctx, name); err != nil {

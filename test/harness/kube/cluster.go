@@ -104,6 +104,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		ErrorIfCRDPathMissing: true,
 		Scheme:                opts.Scheme,
 	}
+	if opts.Kwok {
+		if err := withKwokLogs(env); err != nil {
+			return nil, err
+		}
+	}
 	if hooks != nil {
 		env.WebhookInstallOptions = envtest.WebhookInstallOptions{
 			LocalServingHost:   "127.0.0.1",

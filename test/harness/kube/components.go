@@ -80,11 +80,20 @@ func (c *Cluster) startKwok(ctx context.Context) error {
 	if err := os.WriteFile(cfg, kwokStages, 0o644); err != nil {
 		return err
 	}
+	// kwok's kubelet-like server answers the API server's log requests
+	// (self-signed HTTPS, which the API server does not verify); nodes
+	// advertise it as their InternalIP and kubelet port.
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
 	p, err := c.run("kwok", "kwok",
 		"--kubeconfig="+c.Kubeconfig,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--cidr=10.244.0.0/16", "--node-ip=10.0.0.1",
+		"--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
+		fmt.Sprintf("--node-port=%d", port), fmt.Sprintf("--server-address=127.0.0.1:%d", port),
+		"--enable-crds=Logs",
 		"--node-lease-duration-seconds=40",
 		"--config="+cfg)
 	if err != nil {

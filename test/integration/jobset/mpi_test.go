@@ -93,11 +93,7 @@ func TestMPIJobRunsWithKeysAndHostfile(t *testing.T) {
 	g.Expect(spoke.Client.Get(ctx, client.ObjectKeyFromObject(&keys), &kept)).To(Succeed())
 	g.Expect(kept.Data).To(Equal(keys.Data))
 
-	g.Eventually(func(g Gomega) {
-		gone, err := b.Cancel(ctx, d)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(gone).To(BeTrue())
-	}, util.Timeout, util.Interval).Should(Succeed())
+	cancelUntilGone(g, b, d)
 	// The garbage collector removes what the JobSet owned.
 	g.Eventually(func(g Gomega) {
 		for name, o := range map[string]client.Object{keys.Name: &corev1.Secret{}, hostfile.Name: &corev1.ConfigMap{}} {

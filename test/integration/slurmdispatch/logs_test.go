@@ -1,22 +1,16 @@
 package slurmdispatch
 
 import (
-	"bytes"
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/test/util"
 )
 
-// trainyardCLI runs `trainyard args...` in-process against the hub.
 func trainyardCLI(args ...string) (stdout, stderr string, code int) {
-	var out, errOut bytes.Buffer
-	root := cli.NewRootCommand(cli.Options{Streams: cli.Streams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}})
-	code = cli.Execute(context.Background(), root, append(args, "--kubeconfig", env.fleet.Hub.Kubeconfig))
-	return out.String(), errOut.String(), code
+	return util.TrainyardCLI(env.fleet.Hub.Kubeconfig, args...)
 }
 
 // TestLogsThroughTheAgent: `trainyard logs` prints a Slurm job's output,
