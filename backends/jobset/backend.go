@@ -5,25 +5,20 @@ package jobset
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 )
 
 const (
@@ -31,14 +26,11 @@ const (
 	Kind = "JobSet"
 	// DefaultNamespace matches the Target API's default spoke namespace.
 	DefaultNamespace = "trainyard-jobs"
-	// adoptWait bounds how long Submit waits, after the API server said the
-	// JobSet exists, for a cache-backed client to see it.
-	adoptWait = 5 * time.Second
 )
 
 // ErrNotOwned: a JobSet with the Dispatch's remote name exists but was made
 // for another Workload or attempt. The backend leaves it alone.
-var ErrNotOwned = errors.New("jobset belongs to another workload or attempt")
+var ErrNotOwned = kubework.ErrNotOwned
 
 // Options configure a Backend.
 type Options struct {
@@ -87,12 +79,7 @@ func (b *Backend) ref(name string) *v1alpha1.RemoteRef {
 // get reads a JobSet, confirming a cached "not found" with a live read.
 func (b *Backend) get(ctx context.Context, name string) (*jobsetv1alpha2.JobSet, error) {
 	js := &jobsetv1alpha2.JobSet{}
-	key := client.ObjectKey{Namespace: b.opts.Namespace, Name: name}
-	err := b.c.Get(ctx, key, js)
-	if apierrors.IsNotFound(err) && b.opts.LiveReader != nil {
-		err = b.opts.LiveReader.Get(ctx, key, js)
-	}
-	return js, err
+	return js, kubework.Get(ctx, b.c, b.opts.LiveReader, client.ObjectKey{Namespace: b.opts.Namespace, Name: name}, js)
 }
 
 // Submit creates d's JobSet unless it exists. The name derives from the
@@ -152,35 +139,13 @@ func (b *Backend) adoptWithCompanions(ctx context.Context, js *jobsetv1alpha2.Jo
 	return ref, nil
 }
 
-// createCompanions creates objs owned by js; those that exist are kept (an
-// MPI key pair, once made, is never replaced). Reads go to the API server,
-// so the agent keeps no Secret informer.
+// createCompanions creates objs owned by js; those that exist are kept.
 func (b *Backend) createCompanions(ctx context.Context, js *jobsetv1alpha2.JobSet, objs []client.Object) error {
 	reader := b.opts.LiveReader
 	if reader == nil {
 		reader = b.c
 	}
-	for _, o := range objs {
-		probe, ok := o.DeepCopyObject().(client.Object)
-		if !ok {
-			return fmt.Errorf("cannot copy %T", o)
-		}
-		err := reader.Get(ctx, client.ObjectKeyFromObject(o), probe)
-		if err == nil {
-			continue
-		}
-		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("get %T %s/%s: %w", o, o.GetNamespace(), o.GetName(), err)
-		}
-		if err := controllerutil.SetControllerReference(js, o, b.c.Scheme()); err != nil {
-			return err
-		}
-		if err := b.c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-			// The error names the object, never its data (a private key).
-			return fmt.Errorf("create %T %s/%s for jobset %s: %w", o, o.GetNamespace(), o.GetName(), js.Name, err)
-		}
-	}
-	return nil
+	return kubework.CreateCompanions(ctx, b.c, reader, js, objs)
 }
 
 // mountsCompanions reports whether js's pods mount an MPI Secret or
@@ -198,51 +163,14 @@ func mountsCompanions(js *jobsetv1alpha2.JobSet) bool {
 }
 
 // create creates js, creating its namespace first if the API server says
-// it is missing. Reacting to the error costs no read on the common path and
-// needs no namespace watch in a cache-backed client.
+// it is missing.
 func (b *Backend) create(ctx context.Context, js *jobsetv1alpha2.JobSet) error {
-	err := b.c.Create(ctx, js)
-	if isNamespaceNotFound(err) {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: js.Namespace}}
-		if err := b.c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create namespace %s: %w", js.Namespace, err)
-		}
-		err = b.c.Create(ctx, js.DeepCopy())
-	}
-	if apierrors.IsInvalid(err) {
-		// The spoke's JobSet validation refuses the rendered job; the same
-		// Dispatch will always render the same JobSet.
-		return fmt.Errorf("%w: jobset %s/%s: %w", backends.ErrRejected, js.Namespace, js.Name, err)
-	}
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create jobset %s/%s: %w", js.Namespace, js.Name, err)
-	}
-	return err
-}
-
-func isNamespaceNotFound(err error) bool {
-	var status apierrors.APIStatus
-	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
-		return false
-	}
-	details := status.Status().Details
-	return details != nil && details.Kind == "namespaces"
+	return kubework.CreateRemote(ctx, b.c, js, "jobset")
 }
 
 func (b *Backend) waitVisible(ctx context.Context, name string) (*jobsetv1alpha2.JobSet, error) {
-	var js *jobsetv1alpha2.JobSet
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, adoptWait, true, func(ctx context.Context) (bool, error) {
-		var err error
-		js, err = b.get(ctx, name)
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("jobset %s/%s exists but cannot be read yet: %w", b.opts.Namespace, name, err)
-	}
-	return js, nil
+	js := &jobsetv1alpha2.JobSet{}
+	return js, kubework.WaitVisible(ctx, b.c, b.opts.LiveReader, client.ObjectKey{Namespace: b.opts.Namespace, Name: name}, js, Kind)
 }
 
 func (b *Backend) adopt(js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) (*v1alpha1.RemoteRef, error) {
@@ -257,12 +185,7 @@ func (b *Backend) adopt(js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) (*v1alp
 
 // checkOwned reports whether js was made for d's Workload and attempt.
 func checkOwned(js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) error {
-	uid, attempt := js.Labels[backends.LabelWorkloadUID], js.Labels[backends.LabelAttempt]
-	if uid != string(d.Spec.Workload.UID) || attempt != strconv.Itoa(int(d.Spec.Attempt)) {
-		return fmt.Errorf("%w: %s/%s has workload %q attempt %q, dispatch %s/%s wants %q attempt %d",
-			ErrNotOwned, js.Namespace, js.Name, uid, attempt, d.Namespace, d.Name, d.Spec.Workload.UID, d.Spec.Attempt)
-	}
-	return nil
+	return kubework.CheckOwned(js, d)
 }
 
 // Cancel deletes d's JobSet in the foreground, so the garbage collector
@@ -308,47 +231,15 @@ func (b *Backend) pods(ctx context.Context, name string) ([]corev1.Pod, error) {
 
 // deleteForeground deletes js; with uid set, only that very object.
 func (b *Backend) deleteForeground(ctx context.Context, js *jobsetv1alpha2.JobSet, uid *types.UID) error {
-	opts := []client.DeleteOption{client.PropagationPolicy(metav1.DeletePropagationForeground)}
-	if uid != nil {
-		opts = append(opts, client.Preconditions{UID: uid})
-	}
-	if err := b.c.Delete(ctx, js, opts...); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete jobset %s/%s: %w", js.Namespace, js.Name, err)
-	}
-	return nil
+	return kubework.DeleteForeground(ctx, b.c, js, uid, "jobset")
 }
 
 // ListRemote lists the JobSets trainyard made in the backend's namespace.
-// A JobSet whose attempt label does not parse is listed with attempt 0, so
-// the agent treats it as stale.
 func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error) {
-	var list jobsetv1alpha2.JobSetList
-	if err := b.c.List(ctx, &list, client.InNamespace(b.opts.Namespace),
-		client.MatchingLabels{backends.LabelManagedBy: backends.ManagedByValue}); err != nil {
-		return nil, fmt.Errorf("list jobsets in %s: %w", b.opts.Namespace, err)
-	}
-	work := make([]backends.RemoteWork, 0, len(list.Items))
-	for _, js := range list.Items {
-		attempt, _ := strconv.ParseInt(js.Labels[backends.LabelAttempt], 10, 32)
-		work = append(work, backends.RemoteWork{
-			Ref:               v1alpha1.RemoteRef{Kind: Kind, Namespace: js.Namespace, Name: js.Name},
-			DispatchNamespace: js.Labels[backends.LabelDispatchNamespace],
-			DispatchName:      js.Labels[backends.LabelDispatchName],
-			Attempt:           int32(attempt),
-		})
-	}
-	return work, nil
+	return kubework.ListRemote(ctx, b.c, &jobsetv1alpha2.JobSetList{}, b.opts.Namespace, Kind)
 }
 
 // Delete deletes one JobSet found by ListRemote, in the foreground.
 func (b *Backend) Delete(ctx context.Context, w backends.RemoteWork) error {
-	if w.Ref.Kind != Kind {
-		return fmt.Errorf("jobset backend cannot delete a %s", w.Ref.Kind)
-	}
-	ns := w.Ref.Namespace
-	if ns == "" {
-		ns = b.opts.Namespace
-	}
-	js := &jobsetv1alpha2.JobSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: w.Ref.Name}}
-	return b.deleteForeground(ctx, js, nil)
+	return kubework.DeleteRemote(ctx, b.c, &jobsetv1alpha2.JobSet{}, w, b.opts.Namespace, Kind)
 }

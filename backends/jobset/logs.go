@@ -4,18 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
 	trainerconstants "github.com/kubeflow/trainer/v2/pkg/constants"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 )
 
 var _ backends.LogReader = (*Backend)(nil)
@@ -45,31 +44,7 @@ func (b *Backend) Logs(ctx context.Context, d *v1alpha1.Dispatch, o backends.Log
 		len(pod.Spec.Containers) > 0 {
 		container = pod.Spec.Containers[0].Name
 	}
-	source := fmt.Sprintf("pod %s/%s container %s", pod.Namespace, pod.Name, container)
-	if pod.Status.Phase == corev1.PodPending && !started(pod, container) {
-		return nil, fmt.Errorf("%w: %s has not started yet (pod pending)", backends.ErrNotFound, source)
-	}
-	po := &corev1.PodLogOptions{Container: container}
-	if o.TailLines > 0 {
-		// One more line than asked for tells whether older output exists.
-		po.TailLines = ptrTo(o.TailLines + 1)
-	}
-	// The API server's limitBytes keeps the beginning, and Logs keeps the
-	// end: stream instead, holding only the last LimitBytes.
-	stream, err := b.opts.Logs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, po).Stream(ctx)
-	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("%w: %s: %w", backends.ErrNotFound, source, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read logs of %s: %w", source, err)
-	}
-	defer stream.Close()
-	data, dropped, err := readTail(stream, o.LimitBytes)
-	if err != nil {
-		return nil, fmt.Errorf("read logs of %s: %w", source, err)
-	}
-	out, truncated := backends.TailOf(data, o.TailLines, o.LimitBytes)
-	return &backends.Logs{Source: source, Data: out, Truncated: truncated || dropped}, nil
+	return kubework.ReadContainerLogs(ctx, b.opts.Logs, pod, container, o)
 }
 
 // trainerOf names the replicated job and container that run the trainer:
@@ -146,42 +121,3 @@ func better(p, than *corev1.Pod) bool {
 	}
 	return than.CreationTimestamp.Before(&p.CreationTimestamp)
 }
-
-// started reports whether container has run at all.
-func started(p *corev1.Pod, container string) bool {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == container {
-			return cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil
-		}
-	}
-	return false
-}
-
-// readTail reads r to its end keeping at least its last limit bytes (all
-// when limit is 0) and reports whether it dropped any of it.
-func readTail(r io.Reader, limit int64) (data []byte, dropped bool, err error) {
-	if limit <= 0 {
-		data, err = io.ReadAll(r)
-		return data, false, err
-	}
-	buf := make([]byte, 0, 2*limit+1)
-	chunk := make([]byte, 32*1024)
-	for {
-		n, err := r.Read(chunk)
-		buf = append(buf, chunk[:n]...)
-		if int64(len(buf)) > 2*limit {
-			// Keep one byte more than limit, so TailOf still starts its
-			// cut at a line boundary.
-			buf = append(buf[:0], buf[int64(len(buf))-limit-1:]...)
-			dropped = true
-		}
-		if errors.Is(err, io.EOF) {
-			return buf, dropped, nil
-		}
-		if err != nil {
-			return nil, dropped, err
-		}
-	}
-}
-
-func ptrTo[T any](v T) *T { return &v }

@@ -14,25 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
-	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
-
-// mpiDispatch is a Dispatch of an MPI TrainJob of numNodes nodes with
-// procs processes each, admitted for a launcher and its node pods.
-func mpiDispatch(numNodes, procs int32, launcherAsNode bool) *v1alpha1.Dispatch {
-	tj := tyt.MakeTrainJob("mpi", "team-a").NumNodes(numNodes).GPUsPerNode(1).Obj()
-	rt := tyt.MPIRuntimeSpec(1, procs)
-	rt.MLPolicy.MPI.RunLauncherAsNode = ptr.To(launcherAsNode)
-	nodes := numNodes
-	if launcherAsNode {
-		nodes = max(numNodes-1, 1)
-	}
-	return tyt.MakeDispatch("d1", "trainyard-spoke1", "spoke1").
-		SnapshotTrainJob(tj).SnapshotRuntime(ctr, "mpi", rt).
-		PodSets(v1alpha1.PodSetPlacement{Name: "launcher", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: nodes}).Obj()
-}
 
 func replicatedJob(t *testing.T, js *jobsetv1alpha2.JobSet, name string) *jobsetv1alpha2.ReplicatedJob {
 	t.Helper()
@@ -67,7 +51,7 @@ func TestRenderMPI(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d := mpiDispatch(tc.numNodes, tc.procs, tc.launcherAsNode)
+			d := tyt.MPIDispatch(tc.numNodes, tc.procs, tc.launcherAsNode).Obj()
 			r, err := RenderAll(d, RenderOptions{Namespace: testNS})
 			if err != nil {
 				t.Fatalf("RenderAll: %v", err)
@@ -144,7 +128,7 @@ func envOf(c corev1.Container, name string) string {
 // a crash that lost the Secret makes it again.
 func TestSubmitMPIKeepsItsKeys(t *testing.T) {
 	ctx, c := context.Background(), newFakeClient()
-	d := mpiDispatch(2, 2, false)
+	d := tyt.MPIDispatch(2, 2, false).Obj()
 	name := backends.RemoteName(d)
 	secretKey := client.ObjectKey{Namespace: testNS, Name: name + "-mpi-ssh-auth"}
 	readKey := func() []byte {

@@ -2,19 +2,18 @@ package jobset
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 )
 
 // Reasons Observe reports when the JobSet's own condition gives none.
@@ -26,18 +25,10 @@ const (
 	ReasonDeleted   = "JobSetDeleted"
 )
 
-// ownedJobSet gets d's JobSet, wrapping backends.ErrNotFound when there
-// is none, and refuses one that another Dispatch made.
+// ownedJobSet gets d's JobSet (see kubework.GetOwned).
 func (b *Backend) ownedJobSet(ctx context.Context, d *v1alpha1.Dispatch) (*jobsetv1alpha2.JobSet, error) {
-	name := backends.RemoteName(d)
-	js, err := b.get(ctx, name)
-	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("jobset %s/%s: %w", b.opts.Namespace, name, backends.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get jobset %s/%s: %w", b.opts.Namespace, name, err)
-	}
-	if err := checkOwned(js, d); err != nil {
+	js := &jobsetv1alpha2.JobSet{}
+	if err := kubework.GetOwned(ctx, b.c, b.opts.LiveReader, b.opts.Namespace, d, js, Kind); err != nil {
 		return nil, err
 	}
 	return js, nil
@@ -73,11 +64,11 @@ func jobSetStatus(js *jobsetv1alpha2.JobSet, pods []corev1.Pod, now time.Time) *
 	case cond != nil && cond.Type == string(jobsetv1alpha2.JobSetCompleted):
 		st.Phase, st.Reason, st.Message = v1alpha1.DispatchSucceeded, reasonOr(cond, ReasonCompleted), cond.Message
 		st.CompletionTime = ptrTime(cond.LastTransitionTime)
-		st.StartTime = earliestStart(pods)
+		st.StartTime = kubework.EarliestStart(pods)
 	case cond != nil:
 		st.Phase, st.Reason, st.Message = v1alpha1.DispatchFailed, reasonOr(cond, ReasonFailed), cond.Message
 		st.CompletionTime = ptrTime(cond.LastTransitionTime)
-		st.StartTime = earliestStart(pods)
+		st.StartTime = kubework.EarliestStart(pods)
 		st.ExitCode = failedExitCode(pods)
 	case js.DeletionTimestamp != nil:
 		// Deleted before it finished: by our Cancel, or by someone on the spoke.
@@ -85,7 +76,7 @@ func jobSetStatus(js *jobsetv1alpha2.JobSet, pods []corev1.Pod, now time.Time) *
 		st.Message = "the JobSet is being deleted"
 	case allReady(js):
 		st.Phase, st.Reason = v1alpha1.DispatchRunning, ReasonRunning
-		if st.StartTime = earliestStart(pods); st.StartTime == nil {
+		if st.StartTime = kubework.EarliestStart(pods); st.StartTime == nil {
 			st.StartTime = &metav1.Time{Time: now}
 		}
 	default:
@@ -158,16 +149,6 @@ func ptrTime(t metav1.Time) *metav1.Time {
 		return nil
 	}
 	return &t
-}
-
-func earliestStart(pods []corev1.Pod) *metav1.Time {
-	var first *metav1.Time
-	for i := range pods {
-		if s := pods[i].Status.StartTime; s != nil && (first == nil || s.Before(first)) {
-			first = s.DeepCopy()
-		}
-	}
-	return first
 }
 
 // failedExitCode is the non-zero exit code of the first container that

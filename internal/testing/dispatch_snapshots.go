@@ -7,6 +7,7 @@ import (
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
@@ -32,6 +33,22 @@ func (w *DispatchWrapper) SnapshotRuntime(kind v1alpha1.RuntimeKind, name string
 		Spec: runtime.RawExtension{Raw: raw},
 	}
 	return w
+}
+
+// MPIDispatch is a Dispatch d1 to spoke1 of an OpenMPI TrainJob of
+// numNodes nodes with procs processes each, admitted for a launcher and its
+// node pods (one fewer when the launcher runs as a node too).
+func MPIDispatch(numNodes, procs int32, launcherAsNode bool) *DispatchWrapper {
+	tj := MakeTrainJob("mpi", "team-a").NumNodes(numNodes).GPUsPerNode(1).Obj()
+	rt := MPIRuntimeSpec(1, procs)
+	rt.MLPolicy.MPI.RunLauncherAsNode = ptr.To(launcherAsNode)
+	nodes := numNodes
+	if launcherAsNode {
+		nodes = max(numNodes-1, 1)
+	}
+	return MakeDispatch("d1", "trainyard-spoke1", "spoke1").
+		SnapshotTrainJob(tj).SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "mpi", rt).
+		PodSets(v1alpha1.PodSetPlacement{Name: "launcher", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: nodes})
 }
 
 func mustJSON(v any) []byte {

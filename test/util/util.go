@@ -14,10 +14,14 @@ import (
 	"github.com/onsi/gomega"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 )
 
@@ -93,4 +97,32 @@ func WorkloadOf(g gomega.Gomega, c client.Client, tj *trainer.TrainJob) *kueue.W
 		g.Expect(wl).NotTo(gomega.BeNil(), "no Workload for TrainJob %s yet", tj.Name)
 	}, Timeout, Interval).Should(gomega.Succeed())
 	return wl
+}
+
+// WaitNodesReady waits until n nodes of c report Ready.
+func WaitNodesReady(ctx context.Context, c client.Client, n int) error {
+	return wait.PollUntilContextTimeout(ctx, Interval, Timeout, true, func(ctx context.Context) (bool, error) {
+		var list corev1.NodeList
+		if err := c.List(ctx, &list); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, node := range list.Items {
+			for _, cond := range node.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		return ready == n, nil
+	})
+}
+
+// CancelUntilGone cancels d's remote work on b until b reports it gone.
+func CancelUntilGone(g gomega.Gomega, b backends.Backend, d *v1alpha1.Dispatch) {
+	g.Eventually(func(g gomega.Gomega) {
+		gone, err := b.Cancel(context.Background(), d)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(gone).To(gomega.BeTrue())
+	}, Timeout, Interval).Should(gomega.Succeed())
 }

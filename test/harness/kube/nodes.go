@@ -56,3 +56,15 @@ func (c *Cluster) AddKwokNodes(ctx context.Context, nodes ...NodeSpec) error {
 	}
 	return nil
 }
+
+// RackNodes is racks of n nodes of gpus GPUs each, labelled with their rack
+// under rackLabel and named gpu-<rack>-a, gpu-<rack>-b, ...
+func RackNodes(rackLabel string, n int, gpus int64, racks ...string) []NodeSpec {
+	var out []NodeSpec
+	for _, r := range racks {
+		for i := range n {
+			out = append(out, NodeSpec{Name: fmt.Sprintf("gpu-%s-%c", r, 'a'+i), GPUs: gpus, Labels: map[string]string{rackLabel: r}})
+		}
+	}
+	return out
+}

@@ -54,15 +54,6 @@ func observe(g Gomega, b *jobset.Backend, d *v1alpha1.Dispatch) *backends.Status
 	return st
 }
 
-// cancelUntilGone cancels d's JobSet until the backend reports it gone.
-func cancelUntilGone(g Gomega, b *jobset.Backend, d *v1alpha1.Dispatch) {
-	g.Eventually(func(g Gomega) {
-		gone, err := b.Cancel(context.Background(), d)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(gone).To(BeTrue())
-	}, util.Timeout, util.Interval).Should(Succeed())
-}
-
 func podsOf(g Gomega, name string) []corev1.Pod {
 	var pods corev1.PodList
 	g.Expect(spoke.Client.List(context.Background(), &pods, client.InNamespace(jobsNS),
@@ -163,7 +154,7 @@ func TestCancelFreesCapacity(t *testing.T) {
 	}
 	g.Expect(perNode).To(ConsistOf(int32(0), int32(0), int32(gpusPerNode), int32(gpusPerNode)))
 
-	cancelUntilGone(g, b, d)
+	util.CancelUntilGone(g, b, d)
 	g.Expect(podsOf(g, ref.Name)).To(BeEmpty())
 	err = spoke.Client.Get(ctx, client.ObjectKey{Namespace: jobsNS, Name: ref.Name}, &jobsetapi.JobSet{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "get jobset after cancel: %v", err)

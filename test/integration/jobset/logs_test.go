@@ -26,7 +26,7 @@ func TestLogsReadsPodsThroughAPIServer(t *testing.T) {
 	d := gpuDispatch("logs", map[string]string{"kwok.trainyard.dev/run-for": "1h"})
 	ref, err := b.Submit(ctx, d)
 	g.Expect(err).NotTo(HaveOccurred())
-	defer cancelUntilGone(g, b, d)
+	defer util.CancelUntilGone(g, b, d)
 	g.Eventually(func(g Gomega) {
 		g.Expect(observe(g, b, d).Phase).To(Equal(v1alpha1.DispatchRunning))
 	}, util.Timeout, util.Interval).Should(Succeed())

@@ -93,7 +93,7 @@ func TestMPIJobRunsWithKeysAndHostfile(t *testing.T) {
 	g.Expect(spoke.Client.Get(ctx, client.ObjectKeyFromObject(&keys), &kept)).To(Succeed())
 	g.Expect(kept.Data).To(Equal(keys.Data))
 
-	cancelUntilGone(g, b, d)
+	util.CancelUntilGone(g, b, d)
 	// The garbage collector removes what the JobSet owned.
 	g.Eventually(func(g Gomega) {
 		for name, o := range map[string]client.Object{keys.Name: &corev1.Secret{}, hostfile.Name: &corev1.ConfigMap{}} {
