@@ -20,7 +20,7 @@ build: ## Build trainyard's binaries into bin/.
 	go build -o bin/ ./cmd/...
 
 .PHONY: tools
-tools: ## Build the control-plane binaries, Kueue, JobSet, kwok and controller-gen (cached).
+tools: ## Build the control-plane binaries, Kueue, JobSet, LeaderWorkerSet, kwok, controller-gen, helm and kustomize (cached).
 	hack/build-tools.sh
 
 .PHONY: slurm-root

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real binaries the harness runs (kube-apiserver, kube-controller-manager,
-# kube-scheduler, etcd, kwok, the JobSet and Kueue managers), controller-gen, and helm and
+# kube-scheduler, etcd, kwok, the JobSet, LeaderWorkerSet and Kueue managers), controller-gen, and helm and
 # kustomize (for the chart tests), each
 # from its own tools module under hack/tools, with exact versions from the Go module proxy.
 #
@@ -56,6 +56,7 @@ build_k8s() {
 build_etcd() { go build -trimpath -ldflags "-s -w" -o "$1/etcd" go.etcd.io/etcd/server/v3; }
 build_kwok() { go build -trimpath -ldflags "-s -w" -o "$1/kwok" sigs.k8s.io/kwok/cmd/kwok; }
 build_jobset() { go build -trimpath -ldflags "-s -w" -o "$1/jobset" sigs.k8s.io/jobset; }
+build_lws() { go build -trimpath -ldflags "-s -w" -o "$1/lws" sigs.k8s.io/lws/cmd; }
 build_kueue() { go build -trimpath -ldflags "-s -w" -o "$1/kueue" sigs.k8s.io/kueue/cmd/kueue; }
 build_controller-gen() {
   go build -trimpath -ldflags "-s -w" -o "$1/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
@@ -76,11 +77,11 @@ build_helm() {
 build_kustomize() { go build -trimpath -ldflags "-s -w" -o "$1/kustomize" sigs.k8s.io/kustomize/kustomize/v5; }
 
 tools=("$@")
-[ ${#tools[@]} -gt 0 ] || tools=(etcd k8s kwok jobset kueue controller-gen helm kustomize)
+[ ${#tools[@]} -gt 0 ] || tools=(etcd k8s kwok jobset lws kueue controller-gen helm kustomize)
 for t in "${tools[@]}"; do
   case $t in
     k8s) build k8s kube-apiserver kube-controller-manager kube-scheduler ;;
-    etcd|kwok|jobset|kueue|controller-gen|helm|kustomize) build "$t" "$t" ;;
+    etcd|kwok|jobset|lws|kueue|controller-gen|helm|kustomize) build "$t" "$t" ;;
     *) echo "unknown tool $t" >&2; exit 2 ;;
   esac
 done

@@ -31,6 +31,9 @@ type Options struct {
 	Kwok bool
 	// JobSet runs the JobSet manager with its webhooks.
 	JobSet bool
+	// LWS runs the LeaderWorkerSet manager with its webhooks; it needs JobSet
+	// (whose webhook certificates it shares).
+	LWS bool
 	// Kueue runs the Kueue manager with its webhooks.
 	Kueue bool
 	// KueueFairSharing turns on Kueue's fair sharing (cohort preemption and
@@ -66,6 +69,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.JobSet && opts.Kueue {
 		// envtest serves one webhook endpoint per API server.
 		return nil, errors.New("a harness cluster runs JobSet or Kueue webhooks, not both")
+	}
+	if opts.LWS && !opts.JobSet {
+		return nil, errors.New("a harness cluster runs LWS beside JobSet, whose webhook certificates it uses")
 	}
 	if opts.Scheme == nil {
 		opts.Scheme = Scheme()
@@ -145,6 +151,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		{opts.Scheduler, c.startScheduler},
 		{opts.Kwok, c.startKwok},
 		{opts.JobSet, c.startJobSet},
+		{opts.LWS, c.startLWS},
 		{opts.Kueue, func(ctx context.Context) error { return c.startKueue(ctx, opts.KueueFairSharing) }},
 	} {
 		if step.enabled {

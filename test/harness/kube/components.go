@@ -108,12 +108,19 @@ func (c *Cluster) webhookServing() (host string, port int, certDir string) {
 }
 
 func (c *Cluster) startJobSet(ctx context.Context) error {
+	_, port, _ := c.webhookServing()
+	return c.startWebhookManager(ctx, "jobset", "config.jobset.x-k8s.io/v1alpha1", port)
+}
+
+// startWebhookManager runs a kubebuilder-style manager (JobSet, LWS) with
+// its webhooks on port and envtest's certificates, and waits until ready.
+func (c *Cluster) startWebhookManager(ctx context.Context, name, configAPI string, port int) error {
 	health, err := FreePort()
 	if err != nil {
 		return err
 	}
-	host, port, certDir := c.webhookServing()
-	cfg := fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
+	host, _, certDir := c.webhookServing()
+	cfg := fmt.Sprintf(`apiVersion: %s
 kind: Configuration
 leaderElection:
   leaderElect: false
@@ -130,16 +137,19 @@ health:
 clientConnection:
   qps: 200
   burst: 400
-`, host, port, certDir, health)
-	cfgPath := filepath.Join(c.Dir, "jobset-config.yaml")
+`, configAPI, host, port, certDir, health)
+	cfgPath := filepath.Join(c.Dir, name+"-config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	p, err := c.run("jobset", "jobset", "--kubeconfig="+c.Kubeconfig, "--config="+cfgPath)
+	p, err := c.run(name, name, "--kubeconfig="+c.Kubeconfig, "--config="+cfgPath)
 	if err != nil {
 		return err
 	}
-	return waitHTTPOK(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+	if err := waitHTTPOK(ctx, p, fmt.Sprintf("http://127.0.0.1:%d/readyz", health)); err != nil {
+		return err
+	}
+	return waitTCP(ctx, p, fmt.Sprintf("%s:%d", host, port))
 }
 
 // KueueNamespace is where the harness's Kueue keeps its own objects.
@@ -222,6 +232,30 @@ func ensureKueueMetricsCerts(from string) error {
 		}
 		if err := os.WriteFile(filepath.Join(kueueMetricsCertDir, f), b, 0o600); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// startLWS runs the LeaderWorkerSet manager. envtest serves one webhook
+// endpoint per API server (JobSet's), so LWS gets a port of its own with the
+// same certificates, and its webhook configurations are installed here.
+func (c *Cluster) startLWS(ctx context.Context) error {
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	if err := c.startWebhookManager(ctx, "lws", "config.lws.x-k8s.io/v1alpha1", port); err != nil {
+		return err
+	}
+	host, _, _ := c.webhookServing()
+	hooks, err := lwsWebhooks(fmt.Sprintf("https://%s:%d", host, port), c.env.WebhookInstallOptions.LocalServingCAData)
+	if err != nil {
+		return err
+	}
+	for _, o := range hooks {
+		if err := c.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("install lws webhooks: %w", err)
 		}
 	}
 	return nil

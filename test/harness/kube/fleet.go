@@ -30,6 +30,8 @@ type FleetOptions struct {
 	NoHubKueue bool
 	// KueueFairSharing turns on fair sharing in the hub's Kueue.
 	KueueFairSharing bool
+	// LWS runs the LeaderWorkerSet manager on every spoke.
+	LWS bool
 }
 
 // HubOptions is a trainyard hub: Kueue with the Trainer, JobSet and
@@ -74,7 +76,9 @@ func StartFleet(ctx context.Context, opts FleetOptions) (*Fleet, error) {
 	all := []Options{hub}
 	for i := 1; i <= opts.Spokes; i++ {
 		name := fmt.Sprintf("spoke%d", i)
-		all = append(all, SpokeOptions(name, subdir(opts.Dir, name)))
+		spoke := SpokeOptions(name, subdir(opts.Dir, name))
+		spoke.LWS = opts.LWS
+		all = append(all, spoke)
 	}
 	t0 := time.Now()
 	clusters := make([]*Cluster, len(all))

@@ -119,3 +119,21 @@ func waitHTTPOK(ctx context.Context, p *Process, url string) error {
 		}
 	}
 }
+
+// waitTCP waits until addr accepts connections, the process exits, or ctx ends.
+func waitTCP(ctx context.Context, p *Process, addr string) error {
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return conn.Close()
+		}
+		if exited, perr := p.Exited(); exited {
+			return fmt.Errorf("%s exited (%v) before it listened on %s:\n%s", p.Name, perr, addr, p.LogTail(3000))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not listening on %s: %w\n%s", p.Name, addr, ctx.Err(), p.LogTail(3000))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

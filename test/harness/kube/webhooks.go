@@ -11,6 +11,8 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
 
@@ -132,4 +134,45 @@ func kueueHubWebhooks() (*webhookSet, error) {
 			kind := strings.TrimSuffix(name, ".kb.io")
 			return len(kind) > 1 && keep[kind[1:]]
 		})
+}
+
+// lwsWebhooks are LeaderWorkerSet's webhook configurations, served at base
+// (https://host:port) with the CA caBundle. The pod webhooks, which give
+// LWS pods their worker index and leader address, see only LWS pods.
+func lwsWebhooks(base string, caBundle []byte) ([]client.Object, error) {
+	dir, err := ModuleDir("sigs.k8s.io/lws")
+	if err != nil {
+		return nil, err
+	}
+	set, err := loadWebhooks(filepath.Join(dir, "config/webhook/manifests.yaml"), "lws", func(string) bool { return true })
+	if err != nil {
+		return nil, err
+	}
+	lwsPods := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "leaderworkerset.sigs.k8s.io/name", Operator: metav1.LabelSelectorOpExists,
+	}}}
+	direct := func(cc *admissionv1.WebhookClientConfig) {
+		url := base + ptr.Deref(cc.Service.Path, "/")
+		*cc = admissionv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
+	}
+	var out []client.Object
+	for _, c := range set.mutating {
+		for i := range c.Webhooks {
+			direct(&c.Webhooks[i].ClientConfig)
+			if c.Webhooks[i].Name == "mpod.kb.io" {
+				c.Webhooks[i].ObjectSelector = lwsPods
+			}
+		}
+		out = append(out, c)
+	}
+	for _, c := range set.validating {
+		for i := range c.Webhooks {
+			direct(&c.Webhooks[i].ClientConfig)
+			if c.Webhooks[i].Name == "vpod.kb.io" {
+				c.Webhooks[i].ObjectSelector = lwsPods
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
