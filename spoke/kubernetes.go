@@ -24,10 +24,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
+	"github.com/trainyard-dev/trainyard/backends/lws"
 )
 
 // Client rate limits of the agent, towards the hub and towards its spoke.
@@ -65,6 +67,7 @@ func SpokeScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(jobsetv1alpha2.AddToScheme(s))
+	utilruntime.Must(lwsv1.AddToScheme(s))
 	return s
 }
 
@@ -97,14 +100,27 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	if err != nil {
 		return nil, err
 	}
-	backend := jobset.New(spoke.GetClient(), jobset.Options{
-		Namespace: t.Spec.Kubernetes.Namespace, TopologyLevels: t.Spec.Kubernetes.TopologyLevels,
-		LiveReader: spoke.GetAPIReader(), Logs: logs,
-	})
 	opts := o.Agent
-	opts.Target, opts.Namespace, opts.Backend = t.Name, ns, backend
-	opts.RemoteEvents = append(opts.RemoteEvents, source.Kind(spoke.GetCache(), &jobsetv1alpha2.JobSet{},
-		handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*jobsetv1alpha2.JobSet])))
+	opts.Target, opts.Namespace = t.Name, ns
+	k := t.Spec.Kubernetes
+	switch k.Backend {
+	case v1alpha1.KubernetesBackendLeaderWorkerSet:
+		opts.Backend = lws.New(spoke.GetClient(), lws.Options{
+			Namespace: k.Namespace, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
+		})
+		// A LeaderWorkerSet's job ends in its pods' container statuses.
+		opts.RemoteEvents = append(opts.RemoteEvents,
+			source.Kind(spoke.GetCache(), &lwsv1.LeaderWorkerSet{}, handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*lwsv1.LeaderWorkerSet])),
+			source.Kind(spoke.GetCache(), &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*corev1.Pod])))
+	case v1alpha1.KubernetesBackendJobSet, "":
+		opts.Backend = jobset.New(spoke.GetClient(), jobset.Options{
+			Namespace: k.Namespace, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
+		})
+		opts.RemoteEvents = append(opts.RemoteEvents, source.Kind(spoke.GetCache(), &jobsetv1alpha2.JobSet{},
+			handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*jobsetv1alpha2.JobSet])))
+	default:
+		return nil, fmt.Errorf("target %s: spec.kubernetes.backend %q is not JobSet or LeaderWorkerSet", t.Name, k.Backend)
+	}
 	return mgr, Setup(mgr, opts)
 }
 
