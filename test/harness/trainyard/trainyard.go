@@ -38,6 +38,9 @@ type Options struct {
 	Flavor string
 	// SpokeFlavors maps spoke names to the flavor each serves.
 	SpokeFlavors map[string]string
+	// SpokeBackends maps spoke names to the workload API their Target
+	// renders jobs into (default JobSet).
+	SpokeBackends map[string]v1alpha1.KubernetesBackend
 	// SpokeNamespace is where remote JobSets go (default "jobs").
 	SpokeNamespace    string
 	TopologyLevels    []string
@@ -167,7 +170,7 @@ func registerTarget(ctx context.Context, h *kube.Cluster, name string, o Options
 		flavor = f
 	}
 	t := tytesting.MakeKubernetesTarget(name, flavor).Kubernetes(&v1alpha1.KubernetesTarget{
-		Namespace: o.SpokeNamespace, TopologyLevels: o.TopologyLevels,
+		Namespace: o.SpokeNamespace, TopologyLevels: o.TopologyLevels, Backend: o.SpokeBackends[name],
 	}).Obj()
 	return createTarget(ctx, h, t)
 }

@@ -79,7 +79,7 @@ func TestAgentKubernetes(t *testing.T) {
 
 	lws := agentRelease("--set", "kubernetes.leaderWorkerSet=true", "--set", "kubernetes.jobsNamespace=ml-jobs").render(t)
 	role = as[rbacv1.Role](t, lws.one(t, "Role"))
-	if role.Namespace != "ml-jobs" || !grants(role.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "create", "delete") {
+	if role.Namespace != "ml-jobs" || !grants(role.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "create", "delete", "patch") {
 		t.Errorf("with leaderWorkerSet, Role %s = %+v, want LeaderWorkerSet writes in ml-jobs", role.Namespace, role.Rules)
 	}
 	if cr := as[rbacv1.ClusterRole](t, lws.one(t, "ClusterRole")); !grants(cr.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "list", "watch") {

@@ -27,6 +27,7 @@ func TestKustomizeMatchesHelm(t *testing.T) {
 		{"hub with prometheus", "config/default", []string{"config/prometheus"}, hubRelease("--set", "metrics.serviceMonitor.enabled=true")},
 		{"agent spoke1", "config/agent", nil, agentRelease()},
 		{"agent spoke1 with prometheus", "config/agent", []string{"config/agent/prometheus"}, agentRelease("--set", "metrics.serviceMonitor.enabled=true")},
+		{"agent spoke1 with LeaderWorkerSets", "config/agent", []string{"config/agent/leaderworkerset"}, agentRelease("--set", "kubernetes.leaderWorkerSet=true")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(root, tc.dir)

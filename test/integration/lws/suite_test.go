@@ -1,26 +1,42 @@
 // Package lws runs the LeaderWorkerSet backend against a real spoke: the
 // LWS manager and its webhooks turn a LeaderWorkerSet into StatefulSets and
 // pods, and kwok runs the pods on simulated GPU nodes, restarting their
-// containers as a kubelet does when a run ends.
+// containers as a kubelet does when a run ends. The spoke is also a hub's
+// Target with backend LeaderWorkerSet, so a TrainJob goes the whole way.
 package lws
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
 const (
 	rackLabel   = "topology.kubernetes.io/rack"
-	jobsNS      = "trainyard-jobs"
 	gpusPerNode = 4
+	// jobsNS is where the tests that drive the backend directly put their
+	// sets; the agent's are in agentJobsNS, so its fence never sees them.
+	jobsNS      = "trainyard-jobs"
+	agentJobsNS = "jobs"
+	tenant      = "team-a"
+	queue       = "lq"
+	flavor      = "gpu"
 )
 
 var (
+	fleet *kube.Fleet
 	spoke *kube.Cluster
 	// cached reads through an informer cache, as the agent's manager does.
 	cached client.Client
@@ -29,9 +45,63 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	opts := kube.SpokeOptions("spoke", "")
-	opts.LWS = true
-	os.Exit(util.RunSpokeSuite(m, "lws-spoke", opts, nodes, func(c *kube.Cluster, cl client.Client) {
-		spoke, cached = c, cl
-	}))
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) (code int) {
+	ctrllog.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-controllers.log")), zap.UseDevMode(true)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	t0 := time.Now()
+	f, err := kube.StartFleet(ctx, kube.FleetOptions{Spokes: 1, LWS: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start fleet:", err)
+		return 1
+	}
+	fleet, spoke = f, f.Spokes[0]
+	var controllers *trainyard.Controllers
+	defer func() {
+		if controllers != nil {
+			controllers.Stop()
+		}
+		util.DumpLogsOnFailure(code, f.Hub, spoke)
+		cancel()
+		_ = f.Stop()
+	}()
+	if err := setUp(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "set up:", err)
+		return 1
+	}
+	controllers, err = trainyard.Start(ctx, f, trainyard.Options{
+		Flavor: flavor, TopologyLevels: []string{rackLabel}, SpokeNamespace: agentJobsNS,
+		SpokeBackends:     map[string]v1alpha1.KubernetesBackend{spoke.Name: v1alpha1.KubernetesBackendLeaderWorkerSet},
+		HeartbeatInterval: 2 * time.Second, Resync: 5 * time.Second,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start trainyard:", err)
+		return 1
+	}
+	fmt.Printf("hub and LWS spoke with %d kwok GPU nodes ready in %v\n", len(nodes), time.Since(t0).Round(100*time.Millisecond))
+	return m.Run()
+}
+
+func setUp(ctx context.Context) error {
+	if err := spoke.AddKwokNodes(ctx, nodes...); err != nil {
+		return err
+	}
+	cl, err := cluster.New(spoke.Config, func(o *cluster.Options) { o.Scheme = kube.Scheme() })
+	if err != nil {
+		return err
+	}
+	go func() { _ = cl.Start(ctx) }()
+	if !cl.GetCache().WaitForCacheSync(ctx) {
+		return fmt.Errorf("cache did not sync")
+	}
+	cached = cl.GetClient()
+	if err := util.WaitNodesReady(ctx, spoke.Client, len(nodes)); err != nil {
+		return err
+	}
+	return trainyard.SetUpQueue(ctx, fleet.Hub, trainyard.Queue{
+		ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "16",
+	})
 }
