@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -105,6 +106,9 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	k := t.Spec.Kubernetes
 	switch k.Backend {
 	case v1alpha1.KubernetesBackendLeaderWorkerSet:
+		if err := requireKind(spoke, t.Name, lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), "LeaderWorkerSet v0.8"); err != nil {
+			return nil, err
+		}
 		opts.Backend = lws.New(spoke.GetClient(), lws.Options{
 			Namespace: k.Namespace, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
 		})
@@ -113,6 +117,9 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 			source.Kind(spoke.GetCache(), &lwsv1.LeaderWorkerSet{}, handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*lwsv1.LeaderWorkerSet])),
 			source.Kind(spoke.GetCache(), &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*corev1.Pod])))
 	case v1alpha1.KubernetesBackendJobSet, "":
+		if err := requireKind(spoke, t.Name, jobsetv1alpha2.SchemeGroupVersion.WithKind("JobSet"), "JobSet v0.11"); err != nil {
+			return nil, err
+		}
 		opts.Backend = jobset.New(spoke.GetClient(), jobset.Options{
 			Namespace: k.Namespace, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
 		})
@@ -122,6 +129,16 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 		return nil, fmt.Errorf("target %s: spec.kubernetes.backend %q is not JobSet or LeaderWorkerSet", t.Name, k.Backend)
 	}
 	return mgr, Setup(mgr, opts)
+}
+
+// requireKind fails unless the spoke serves gvk: without it the agent's
+// informer would wait forever for a kind that does not exist.
+func requireKind(spoke cluster.Cluster, target string, gvk schema.GroupVersionKind, install string) error {
+	if _, err := spoke.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		return fmt.Errorf("target %s runs jobs as %ss, but its spoke does not serve %s %s (install %s or later there): %w",
+			target, gvk.Kind, gvk.GroupVersion(), gvk.Kind, install, err)
+	}
+	return nil
 }
 
 // readTarget reads the agent's Target and checks it is of the agent's type.

@@ -13,7 +13,11 @@ import (
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 )
 
-var k8sClient client.Client
+var (
+	k8sClient client.Client
+	// apiServer serves trainyard's and Kueue's CRDs and nothing else.
+	apiServer *kube.Cluster
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -26,6 +30,6 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer cluster.Stop()
-	k8sClient = cluster.Client
+	k8sClient, apiServer = cluster.Client, cluster
 	return m.Run()
 }
