@@ -92,6 +92,8 @@ func fromJobSet(js *jobsetv1alpha2.JobSet) (*lwsv1.LeaderWorkerSet, error) {
 			return nil, fmt.Errorf("replicated job %q has %d replicas; a LeaderWorkerSet group holds one", rj.Name, rj.Replicas)
 		}
 	}
+	// A replicated job's dependsOn (launcher after nodes Ready) has no LWS
+	// equivalent: the leader starts with its workers (docs/operator-guide.md).
 	nodes := ptr.Deref(node.Template.Spec.Parallelism, 1)
 	size := nodes
 	worker := podTemplate(node)
