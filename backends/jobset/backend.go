@@ -6,7 +6,6 @@ package jobset
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -151,15 +150,11 @@ func (b *Backend) createCompanions(ctx context.Context, js *jobsetv1alpha2.JobSe
 // mountsCompanions reports whether js's pods mount an MPI Secret or
 // hostfile ConfigMap named after it.
 func mountsCompanions(js *jobsetv1alpha2.JobSet) bool {
-	for _, rj := range js.Spec.ReplicatedJobs {
-		for _, v := range rj.Template.Spec.Template.Spec.Volumes {
-			if (v.Secret != nil && strings.HasPrefix(v.Secret.SecretName, js.Name)) ||
-				(v.ConfigMap != nil && strings.HasPrefix(v.ConfigMap.Name, js.Name)) {
-				return true
-			}
-		}
+	specs := make([]*corev1.PodSpec, 0, len(js.Spec.ReplicatedJobs))
+	for i := range js.Spec.ReplicatedJobs {
+		specs = append(specs, &js.Spec.ReplicatedJobs[i].Template.Spec.Template.Spec)
 	}
-	return false
+	return kubework.MountsCompanions(js.Name, specs...)
 }
 
 // create creates js, creating its namespace first if the API server says

@@ -40,11 +40,7 @@ func (b *Backend) Logs(ctx context.Context, d *v1alpha1.Dispatch, o backends.Log
 	if err != nil {
 		return nil, fmt.Errorf("jobset %s/%s: %w", b.opts.Namespace, name, err)
 	}
-	if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == container }) &&
-		len(pod.Spec.Containers) > 0 {
-		container = pod.Spec.Containers[0].Name
-	}
-	return kubework.ReadContainerLogs(ctx, b.opts.Logs, pod, container, o)
+	return kubework.ReadContainerLogs(ctx, b.opts.Logs, pod, kubework.ContainerNamed(&pod.Spec, container), o)
 }
 
 // trainerOf names the replicated job and container that run the trainer:
@@ -57,10 +53,7 @@ func trainerOf(js *jobsetv1alpha2.JobSet) (rjob, container string) {
 			continue
 		}
 		rjob = rj.Name
-		cs := rj.Template.Spec.Template.Spec.Containers
-		if !slices.ContainsFunc(cs, func(c corev1.Container) bool { return c.Name == trainerconstants.Node }) && len(cs) > 0 {
-			container = cs[0].Name
-		}
+		container = kubework.ContainerNamed(&rj.Template.Spec.Template.Spec, trainerconstants.Node)
 		break
 	}
 	return rjob, container

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -214,6 +215,32 @@ func WaitVisible(ctx context.Context, c, live client.Reader, key client.ObjectKe
 		return fmt.Errorf("%s %s/%s exists but cannot be read yet: %w", strings.ToLower(kind), key.Namespace, key.Name, err)
 	}
 	return nil
+}
+
+// ContainerNamed is want when spec has a container of that name (or none
+// at all), else the name of its first container: where a trainer runs when
+// a runtime renamed Trainer's "node" container.
+func ContainerNamed(spec *corev1.PodSpec, want string) string {
+	if len(spec.Containers) == 0 || slices.ContainsFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == want }) {
+		return want
+	}
+	return spec.Containers[0].Name
+}
+
+// MountsCompanions reports whether any of specs mounts a Secret or
+// ConfigMap whose name starts with owner's name: the companions (MPI keys,
+// hostfile) Submit creates beside the remote work, which adopting it must
+// make again if an interrupted Submit left them out.
+func MountsCompanions(owner string, specs ...*corev1.PodSpec) bool {
+	for _, spec := range specs {
+		for _, v := range spec.Volumes {
+			if (v.Secret != nil && strings.HasPrefix(v.Secret.SecretName, owner)) ||
+				(v.ConfigMap != nil && strings.HasPrefix(v.ConfigMap.Name, owner)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // EarliestStart is the first start time among pods.

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/trainyard-dev/trainyard/backends"
 )
 
@@ -25,5 +27,42 @@ func TestReadTail(t *testing.T) {
 		if tc.limit > 0 && tc.limit < int64(len(in)) && (!cut || int64(len(out)) > tc.limit || out[0] != '0') {
 			t.Errorf("limit %d: TailOf kept %d bytes from %q, cut %v", tc.limit, len(out), out[:1], cut)
 		}
+	}
+}
+
+func TestContainerNamed(t *testing.T) {
+	spec := func(names ...string) *corev1.PodSpec {
+		s := &corev1.PodSpec{}
+		for _, n := range names {
+			s.Containers = append(s.Containers, corev1.Container{Name: n})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		spec *corev1.PodSpec
+		want string
+	}{
+		{spec("sidecar", "node"), "node"},
+		{spec("trainer", "sidecar"), "trainer"},
+		{spec(), "node"},
+	} {
+		if got := ContainerNamed(tc.spec, "node"); got != tc.want {
+			t.Errorf("ContainerNamed(%v) = %q, want %q", tc.spec.Containers, got, tc.want)
+		}
+	}
+}
+
+func TestMountsCompanions(t *testing.T) {
+	withVolume := func(v corev1.VolumeSource) *corev1.PodSpec {
+		return &corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: v}}}
+	}
+	secret := withVolume(corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "job-mpi-ssh-auth"}})
+	hostfile := withVolume(corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "job-mpi-hostfile"}}})
+	other := withVolume(corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "team-creds"}})
+	if !MountsCompanions("job", other, secret) || !MountsCompanions("job", hostfile) {
+		t.Error("a mounted key Secret or hostfile of the job is not seen")
+	}
+	if MountsCompanions("job", other, &corev1.PodSpec{}) {
+		t.Error("a Secret not named after the job counts as a companion")
 	}
 }

@@ -100,7 +100,9 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	existing, err := b.get(ctx, name)
 	switch {
 	case err == nil:
-		return b.adopt(ctx, existing, d)
+		// Adopt before rendering: work made earlier is kept even if this
+		// agent would now render it differently.
+		return b.adopt(ctx, existing, d, nil)
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("get leaderworkerset %s/%s: %w", b.opts.Namespace, name, err)
 	}
@@ -122,19 +124,32 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	if err := kubework.WaitVisible(ctx, b.c, b.opts.LiveReader, client.ObjectKeyFromObject(r.LWS), lws, Kind); err != nil {
 		return nil, err
 	}
-	return b.adopt(ctx, lws, d)
+	return b.adopt(ctx, lws, d, r)
 }
 
-func (b *Backend) adopt(ctx context.Context, lws *lwsv1.LeaderWorkerSet, d *v1alpha1.Dispatch) (*v1alpha1.RemoteRef, error) {
+// adopt takes over lws, made by an earlier Submit, and creates whichever
+// companions it mounts that an interrupted Submit left out, from r (a
+// fresh render when nil, made only if the set mounts companions).
+func (b *Backend) adopt(ctx context.Context, lws *lwsv1.LeaderWorkerSet, d *v1alpha1.Dispatch, r *Rendered) (*v1alpha1.RemoteRef, error) {
 	if err := kubework.CheckOwned(lws, d); err != nil {
 		return nil, err
 	}
 	if lws.DeletionTimestamp != nil {
 		return nil, fmt.Errorf("leaderworkerset %s/%s is being deleted", lws.Namespace, lws.Name)
 	}
-	r, err := Render(d, b.opts.Namespace)
-	if err != nil {
-		return nil, err
+	tmpl := &lws.Spec.LeaderWorkerTemplate
+	specs := []*corev1.PodSpec{&tmpl.WorkerTemplate.Spec}
+	if tmpl.LeaderTemplate != nil {
+		specs = append(specs, &tmpl.LeaderTemplate.Spec)
+	}
+	if !kubework.MountsCompanions(lws.Name, specs...) {
+		return b.ref(lws.Name), nil
+	}
+	if r == nil {
+		var err error
+		if r, err = Render(d, b.opts.Namespace); err != nil {
+			return nil, err
+		}
 	}
 	if err := kubework.CreateCompanions(ctx, b.c, b.reader(), lws, r.Companions); err != nil {
 		return nil, err

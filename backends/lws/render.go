@@ -8,7 +8,6 @@ package lws
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 )
 
 // Kind is the RemoteRef kind of this backend's remote work.
@@ -218,8 +218,5 @@ func renameHosts(hostfile, name string) (string, error) {
 // trainerContainer is the container whose exit ends the job: the one named
 // "node" (Trainer's name for the trainer and the launcher), else the first.
 func trainerContainer(spec *corev1.PodSpec) string {
-	if slices.ContainsFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == trainer.Node }) || len(spec.Containers) == 0 {
-		return trainer.Node
-	}
-	return spec.Containers[0].Name
+	return kubework.ContainerNamed(spec, trainer.Node)
 }

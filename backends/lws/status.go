@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
@@ -97,10 +98,7 @@ func (b *Backend) finish(ctx context.Context, lws *lwsv1.LeaderWorkerSet, st *ba
 // exiting zero completes it (for MPI, the launcher's mpirun; for torch,
 // rank 0, whose exit follows the other ranks').
 func groupStatus(lws *lwsv1.LeaderWorkerSet, pods []corev1.Pod, now metav1.Time) *backends.Status {
-	size := int32(1)
-	if lws.Spec.LeaderWorkerTemplate.Size != nil {
-		size = *lws.Spec.LeaderWorkerTemplate.Size
-	}
+	size := ptr.Deref(lws.Spec.LeaderWorkerTemplate.Size, 1)
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	st := &backends.Status{StartTime: kubework.EarliestStart(pods)}
 	var ready, running int32
