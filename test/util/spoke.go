@@ -22,6 +22,7 @@ import (
 // runs the tests and stops the spoke, dumping its logs if a test failed.
 // Logs go below $TRAINYARD_ARTIFACTS/<artifacts> when that is set.
 func RunSpokeSuite(m *testing.M, artifacts string, opts kube.Options, nodes []kube.NodeSpec, ready func(*kube.Cluster, client.Client)) (code int) {
+	ctrllog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if a := os.Getenv("TRAINYARD_ARTIFACTS"); a != "" {
@@ -40,7 +41,7 @@ func RunSpokeSuite(m *testing.M, artifacts string, opts kube.Options, nodes []ku
 		_ = spoke.Stop()
 		fmt.Printf("spoke stopped in %v\n", time.Since(t1).Round(100*time.Millisecond))
 	}()
-	cached, err := setUpSpoke(ctx, spoke, nodes)
+	cached, err := SetUpSpoke(ctx, spoke, nodes)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "set up spoke:", err)
 		return 1
@@ -50,8 +51,10 @@ func RunSpokeSuite(m *testing.M, artifacts string, opts kube.Options, nodes []ku
 	return m.Run()
 }
 
-func setUpSpoke(ctx context.Context, spoke *kube.Cluster, nodes []kube.NodeSpec) (client.Client, error) {
-	ctrllog.SetLogger(logr.Discard())
+// SetUpSpoke adds the kwok nodes to spoke, waits until they are Ready and
+// returns a client reading through an informer cache, as the agent's
+// manager does; the cache lives as long as ctx.
+func SetUpSpoke(ctx context.Context, spoke *kube.Cluster, nodes []kube.NodeSpec) (client.Client, error) {
 	if err := spoke.AddKwokNodes(ctx, nodes...); err != nil {
 		return nil, err
 	}

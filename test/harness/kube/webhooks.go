@@ -95,24 +95,31 @@ func jobSetWebhooks() (*webhookSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	jobSetPods := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-		Key: "jobset.sigs.k8s.io/jobset-name", Operator: metav1.LabelSelectorOpExists,
+	set.onlyPodsLabelled("jobset.sigs.k8s.io/jobset-name")
+	return set, nil
+}
+
+// onlyPodsLabelled limits the set's pod webhooks (kubebuilder's mpod and
+// vpod) to pods carrying the label key, so a manager that is briefly down
+// blocks only its own pods.
+func (s *webhookSet) onlyPodsLabelled(key string) {
+	sel := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: key, Operator: metav1.LabelSelectorOpExists,
 	}}}
-	for _, c := range set.mutating {
+	for _, c := range s.mutating {
 		for i := range c.Webhooks {
 			if c.Webhooks[i].Name == "mpod.kb.io" {
-				c.Webhooks[i].ObjectSelector = jobSetPods
+				c.Webhooks[i].ObjectSelector = sel
 			}
 		}
 	}
-	for _, c := range set.validating {
+	for _, c := range s.validating {
 		for i := range c.Webhooks {
 			if c.Webhooks[i].Name == "vpod.kb.io" {
-				c.Webhooks[i].ObjectSelector = jobSetPods
+				c.Webhooks[i].ObjectSelector = sel
 			}
 		}
 	}
-	return set, nil
 }
 
 // kueueHubWebhooks are the Kueue webhooks a trainyard hub needs: Kueue's own
@@ -148,9 +155,7 @@ func lwsWebhooks(base string, caBundle []byte) ([]client.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	lwsPods := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-		Key: "leaderworkerset.sigs.k8s.io/name", Operator: metav1.LabelSelectorOpExists,
-	}}}
+	set.onlyPodsLabelled("leaderworkerset.sigs.k8s.io/name")
 	direct := func(cc *admissionv1.WebhookClientConfig) {
 		url := base + ptr.Deref(cc.Service.Path, "/")
 		*cc = admissionv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
@@ -159,18 +164,12 @@ func lwsWebhooks(base string, caBundle []byte) ([]client.Object, error) {
 	for _, c := range set.mutating {
 		for i := range c.Webhooks {
 			direct(&c.Webhooks[i].ClientConfig)
-			if c.Webhooks[i].Name == "mpod.kb.io" {
-				c.Webhooks[i].ObjectSelector = lwsPods
-			}
 		}
 		out = append(out, c)
 	}
 	for _, c := range set.validating {
 		for i := range c.Webhooks {
 			direct(&c.Webhooks[i].ClientConfig)
-			if c.Webhooks[i].Name == "vpod.kb.io" {
-				c.Webhooks[i].ObjectSelector = lwsPods
-			}
 		}
 		out = append(out, c)
 	}

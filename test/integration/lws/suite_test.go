@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -85,20 +84,8 @@ func run(m *testing.M) (code int) {
 	return m.Run()
 }
 
-func setUp(ctx context.Context) error {
-	if err := spoke.AddKwokNodes(ctx, nodes...); err != nil {
-		return err
-	}
-	cl, err := cluster.New(spoke.Config, func(o *cluster.Options) { o.Scheme = kube.Scheme() })
-	if err != nil {
-		return err
-	}
-	go func() { _ = cl.Start(ctx) }()
-	if !cl.GetCache().WaitForCacheSync(ctx) {
-		return fmt.Errorf("cache did not sync")
-	}
-	cached = cl.GetClient()
-	if err := util.WaitNodesReady(ctx, spoke.Client, len(nodes)); err != nil {
+func setUp(ctx context.Context) (err error) {
+	if cached, err = util.SetUpSpoke(ctx, spoke, nodes); err != nil {
 		return err
 	}
 	return trainyard.SetUpQueue(ctx, fleet.Hub, trainyard.Queue{
