@@ -15,12 +15,12 @@ CACHE=${TRAINYARD_CACHE:-$HOME/.cache/trainyard}
 OUT=$ROOT/bin/k8s
 mkdir -p "$OUT" "$CACHE/bin"
 
-K8S_VERSION=v1.35.3
+K8S_VERSION=v1.36.2
 V=k8s.io/component-base/version
 CV=k8s.io/client-go/pkg/version
 K8S_LDFLAGS="-s -w"
 for p in $V $CV; do
-  K8S_LDFLAGS+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=35"
+  K8S_LDFLAGS+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=36"
   K8S_LDFLAGS+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
 done
 

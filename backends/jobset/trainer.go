@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	kftrainerruntime "github.com/kubeflow/trainer/v2/pkg/runtime"
 	kftrainercore "github.com/kubeflow/trainer/v2/pkg/runtime/core"
-	"github.com/kubeflow/trainer/v2/pkg/runtime/framework"
-	kftrainerjobset "github.com/kubeflow/trainer/v2/pkg/runtime/framework/plugins/jobset"
-	kftrainermpi "github.com/kubeflow/trainer/v2/pkg/runtime/framework/plugins/mpi"
+	kftrainerfwk "github.com/kubeflow/trainer/v2/pkg/runtime/framework/core"
+	kftrainerplugins "github.com/kubeflow/trainer/v2/pkg/runtime/framework/plugins"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -29,16 +30,18 @@ import (
 // Trainer's runtimes and plugins are written against a controller-runtime
 // client and field indexer, but the parts trainyard calls never need the
 // cluster: RuntimeInfo takes the runtime spec as an argument (trainyard
-// passes the Dispatch's snapshot), and the JobSet plugin's Build only reads
-// the cluster to skip rebuilding a JobSet that already exists. So both are
-// given an empty in-memory client, whose reads always answer NotFound, and an
+// passes the Dispatch's snapshot), and the component builders only read the
+// cluster to skip rebuilding objects that already exist. So both are given
+// an empty in-memory client, whose reads always answer NotFound, and an
 // indexer that records nothing. No API server is contacted and no TrainJob or
 // runtime CRD has to exist on the spoke.
 type trainerFramework struct {
 	runtimes map[string]kftrainerruntime.Runtime
-	jobSet   framework.ComponentBuilderPlugin
-	// mpi builds an MPI job's SSH key Secret and hostfile ConfigMap.
-	mpi framework.ComponentBuilderPlugin
+	// builders are all of Trainer's component builder plugins: the JobSet,
+	// MPI's SSH key Secret and hostfile, Flux's init script and curve key,
+	// and the pod group plugins (which build nothing without a pod group
+	// policy, and such runtimes are refused before rendering).
+	builders *kftrainerfwk.Framework
 }
 
 var (
@@ -69,23 +72,11 @@ func newTrainerFramework(ctx context.Context) (*trainerFramework, error) {
 	if err != nil {
 		return nil, fmt.Errorf("initialise Trainer runtimes: %w", err)
 	}
-	plugin, err := kftrainerjobset.New(ctx, c, noopIndexer{}, nil)
+	builders, err := kftrainerfwk.New(ctx, c, kftrainerplugins.NewRegistry(), noopIndexer{}, nil)
 	if err != nil {
-		return nil, fmt.Errorf("initialise Trainer JobSet plugin: %w", err)
+		return nil, fmt.Errorf("initialise Trainer plugins: %w", err)
 	}
-	builder, ok := plugin.(framework.ComponentBuilderPlugin)
-	if !ok {
-		return nil, errors.New("trainer JobSet plugin builds no components")
-	}
-	mpiPlugin, err := kftrainermpi.New(ctx, c, noopIndexer{}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("initialise Trainer MPI plugin: %w", err)
-	}
-	mpi, ok := mpiPlugin.(framework.ComponentBuilderPlugin)
-	if !ok {
-		return nil, errors.New("trainer MPI plugin builds no components")
-	}
-	return &trainerFramework{runtimes: runtimes, jobSet: builder, mpi: mpi}, nil
+	return &trainerFramework{runtimes: runtimes, builders: builders}, nil
 }
 
 // noopIndexer satisfies Trainer's set-up, which registers TrainJob indexes
@@ -97,12 +88,15 @@ func (noopIndexer) IndexField(context.Context, client.Object, string, client.Ind
 }
 
 // buildJobSet runs the same steps Trainer's TrainJob controller runs: the
-// runtime's RuntimeInfo (ML policy plugins such as torch, pod group policy,
-// pod network) and then the JobSet plugin's Build, which applies the pod
-// sets' counts, env, ports and volumes and the TrainJob's trainer overrides.
-// Kueue's getChildJobSet stops short of the env merge (it only needs pod
-// counts), which would lose torch's PET_* variables, so its shortcut is not
-// copied here.
+// runtime's RuntimeInfo (ML policy plugins such as torch, MPI and Flux, pod
+// group policy, pod network) and then every component builder, which syncs
+// the pod counts and applies the pod sets' env, ports and volumes and the
+// TrainJob's trainer overrides. Kueue's getChildJobSet stops short of the env
+// merge (it only needs pod counts), which would lose torch's PET_* variables,
+// so its shortcut is not copied here. The companions are the Secrets and
+// ConfigMaps the JobSet mounts (MPI's SSH keys and hostfile, Flux's init
+// script and curve key); Trainer makes them owned by the TrainJob, which
+// exists only on the hub, so Submit makes them owned by the JobSet instead.
 func (f *trainerFramework) buildJobSet(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) (*jobsetv1alpha2.JobSet, []client.Object, error) {
 	key := kftrainerruntime.RuntimeRefToRuntimeRegistryKey(tj.Spec.RuntimeRef)
 	rt, ok := f.runtimes[key]
@@ -113,55 +107,42 @@ func (f *trainerFramework) buildJobSet(tj *trainer.TrainJob, spec *trainer.Train
 	if err != nil {
 		return nil, nil, fmt.Errorf("runtime info: %w", err)
 	}
-	objs, err := f.jobSet.Build(context.Background(), info, tj)
+	objs, err := f.builders.RunComponentBuilderPlugins(context.Background(), info, tj)
 	if err != nil {
 		return nil, nil, fmt.Errorf("build JobSet: %w", err)
 	}
 	var js *jobsetv1alpha2.JobSet
-	for _, o := range objs {
-		if ac, ok := o.(*jobsetv1alpha2ac.JobSetApplyConfiguration); ok {
-			if js, err = fromApply[jobsetv1alpha2.JobSet](ac); err != nil {
-				return nil, nil, err
-			}
-		}
-	}
-	if js == nil {
-		return nil, nil, errors.New("trainer built no JobSet")
-	}
-	companions, err := f.buildMPI(info, tj)
-	return js, companions, err
-}
-
-// buildMPI runs Trainer's MPI plugin, which makes the SSH key pair Secret
-// and the hostfile ConfigMap its volumes in the JobSet name. Trainer makes
-// them owned by the TrainJob, which exists only on the hub; Submit makes
-// them owned by the JobSet instead.
-func (f *trainerFramework) buildMPI(info *kftrainerruntime.Info, tj *trainer.TrainJob) ([]client.Object, error) {
-	if info.RuntimePolicy.MLPolicySource == nil || info.RuntimePolicy.MLPolicySource.MPI == nil {
-		return nil, nil
-	}
-	objs, err := f.mpi.Build(context.Background(), info, tj)
-	if err != nil {
-		return nil, fmt.Errorf("build MPI objects: %w", err)
-	}
-	var out []client.Object
+	var companions []client.Object
 	for _, o := range objs {
 		var obj client.Object
 		switch ac := o.(type) {
+		case *jobsetv1alpha2ac.JobSetApplyConfiguration:
+			if js, err = fromApply[jobsetv1alpha2.JobSet](ac); err != nil {
+				return nil, nil, err
+			}
+			continue
 		case *corev1ac.SecretApplyConfiguration:
 			obj, err = fromApply[corev1.Secret](ac)
 		case *corev1ac.ConfigMapApplyConfiguration:
 			obj, err = fromApply[corev1.ConfigMap](ac)
 		default:
-			err = fmt.Errorf("trainer's MPI plugin built an unexpected %T", o)
+			err = fmt.Errorf("trainer built an unexpected %T", o)
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		obj.SetOwnerReferences(nil)
-		out = append(out, obj)
+		companions = append(companions, obj)
 	}
-	return out, nil
+	if js == nil {
+		return nil, nil, errors.New("trainer built no JobSet")
+	}
+	// Plugins are kept in a map, so their objects come in any order; a
+	// stable order keeps creates and tests deterministic.
+	slices.SortFunc(companions, func(a, b client.Object) int {
+		return strings.Compare(fmt.Sprintf("%T/%s", a, a.GetName()), fmt.Sprintf("%T/%s", b, b.GetName()))
+	})
+	return js, companions, nil
 }
 
 // fromApply turns an apply configuration into its typed object through

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
-	"sigs.k8s.io/kueue/pkg/workload"
+	"sigs.k8s.io/kueue/pkg/workload/patching"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
@@ -34,8 +34,8 @@ func (r *Reconciler) setCheck(ctx context.Context, s *state, st kueue.CheckState
 			return nil
 		}
 	}
-	err := workload.PatchAdmissionStatus(ctx, r.client, s.wl, r.clock, func(wl *kueue.Workload) (bool, error) {
-		return workload.SetAdmissionCheckState(&wl.Status.AdmissionChecks, kueue.AdmissionCheckState{
+	err := patching.PatchAdmissionStatus(ctx, r.client, s.wl, r.clock, func(wl *kueue.Workload) (bool, error) {
+		return patching.SetAdmissionCheckState(&wl.Status.AdmissionChecks, kueue.AdmissionCheckState{
 			Name: s.check, State: st, Message: truncate(msg, 1024),
 		}, r.clock), nil
 	})

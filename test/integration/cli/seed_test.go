@@ -167,7 +167,7 @@ func createWorkload(ctx context.Context, c client.Client, tj *trainer.TrainJob, 
 	if err := c.Create(ctx, wl); err != nil {
 		return nil, err
 	}
-	wl.Status.Admission = kueuetesting.MakeAdmission("cq-" + ns).PodSets(
+	wl.Status.Admission = kueuetesting.MakeAdmission(kueue.ClusterQueueReference("cq-" + ns)).PodSets(
 		kueuetesting.MakePodSetAssignment("node").Assignment(v1alpha1.GPUResource, gpuFlavor, "8").Count(2).Obj()).Obj()
 	for _, t := range conds {
 		setCondition(&wl.Status.Conditions, t, metav1.ConditionTrue, t, t)
