@@ -54,6 +54,15 @@ const (
 	ContainerRuntimeApptainer ContainerRuntime = "Apptainer"
 )
 
+// FlavorlessJobsPolicy says whether a target takes jobs admitted with no flavor.
+// +kubebuilder:validation:Enum=Allow;Deny
+type FlavorlessJobsPolicy string
+
+const (
+	FlavorlessJobsAllow FlavorlessJobsPolicy = "Allow"
+	FlavorlessJobsDeny  FlavorlessJobsPolicy = "Deny"
+)
+
 // TargetSpec describes an execution system the hub may dispatch to.
 //
 // +kubebuilder:validation:XValidation:rule="self.type != 'Kubernetes' || (has(self.kubernetes) && !has(self.slurm))",message="a Kubernetes target sets spec.kubernetes and not spec.slurm"
@@ -85,6 +94,15 @@ type TargetSpec struct {
 	// paused stops new dispatches to this target; running work is left alone.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// flavorlessJobs says whether jobs Kueue admitted with no flavor (their
+	// resources are not covered by any ResourceFlavor of the ClusterQueue,
+	// typically CPU-only jobs) may run here. Allow (the default) places them
+	// on any eligible target with room for their CPU and memory; Deny keeps
+	// this target for jobs admitted with one of its flavors.
+	// +optional
+	// +kubebuilder:default=Allow
+	FlavorlessJobs FlavorlessJobsPolicy `json:"flavorlessJobs,omitempty"`
 
 	// kubernetes configures a Kubernetes spoke. Required when type is Kubernetes.
 	// +optional

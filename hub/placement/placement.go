@@ -30,12 +30,18 @@ type PodSet struct {
 	// pods; when none does, the next wider level is tried, then the whole
 	// target. A target without the level places the pods anywhere.
 	Preferred string
+	// MilliCPUPerPod and MemoryPerPod (bytes) are each pod's requests,
+	// checked against the target's free CPU and memory.
+	MilliCPUPerPod int64
+	MemoryPerPod   int64
 }
 
 // Request is what one Workload needs.
 type Request struct {
 	// Flavors are the Kueue flavors the Workload was admitted with; the
-	// target must serve all of them.
+	// target must serve all of them. None (a job whose resources no flavor
+	// of its ClusterQueue covers, such as a CPU-only job) goes to any target
+	// that takes flavor-less jobs.
 	Flavors []string
 	PodSets []PodSet
 }
@@ -62,6 +68,10 @@ type Candidate struct {
 	// assigned them (Decision.Reservations); they come off exactly those
 	// nodes. When they add up to more than InFlightGPUs, their sum is the total.
 	InFlight []Reservation
+	// Ineligible, when set, says why this target could never run the job
+	// (its backend would refuse it, or refused it before); it is not
+	// considered, and the reason is part of the answer when nothing fits.
+	Ineligible string
 }
 
 // Reservation is GPUs booked on one node of a target.
@@ -90,29 +100,44 @@ var (
 	// serving the flavor, or a pod set is larger than any domain of its
 	// required level; it can never run.
 	ErrNeverFits = errors.New("job can never fit")
+	// ErrIneligible: every target that serves the job's flavors, and every
+	// other target too, could never run it (see Candidate.Ineligible).
+	ErrIneligible = errors.New("no target can run this job")
 )
 
-// Choose picks, among the available targets serving req.Flavor, the one the
+// Choose picks, among the available targets serving req.Flavors, the one the
 // job fits on with the fewest GPUs left over (best fit keeps large free
 // blocks for large jobs). Ties go to the target named first. Within the
 // target each pod set with a topology level goes to the domain of that
-// level that it leaves with the fewest free GPUs.
+// level that it leaves with the fewest free GPUs. Ineligible candidates are
+// never chosen; when they are all the job has, it can never run.
 func Choose(req Request, candidates []Candidate) (Decision, error) {
 	var serving []*v1alpha1.Target
-	var reasons []string
+	var reasons, ineligible, eligibleElsewhere []string
 	var open []ranked
 	// largestNode is only trusted when every serving target has published
 	// its node size: a target that has not reported yet might be larger.
 	largestNode, sizeUnknown := int64(0), false
 	for _, c := range candidates {
 		t := c.Target
-		if !servesFlavors(t, req.Flavors) {
+		if !serves(t, req.Flavors) {
+			if c.Ineligible == "" && !t.Spec.Paused {
+				eligibleElsewhere = append(eligibleElsewhere, t.Name)
+			}
+			continue
+		}
+		if c.Ineligible != "" {
+			ineligible = append(ineligible, fmt.Sprintf("%s: %s", t.Name, c.Ineligible))
 			continue
 		}
 		serving = append(serving, t)
 		largestNode = max(largestNode, maxNodeGPUs(t))
 		sizeUnknown = sizeUnknown || maxNodeGPUs(t) == 0
 		if why := unavailable(t); why != "" {
+			reasons = append(reasons, fmt.Sprintf("%s: %s", t.Name, why))
+			continue
+		}
+		if why := noRoomForCPUOrMemory(req, t.Status.Free); why != "" {
 			reasons = append(reasons, fmt.Sprintf("%s: %s", t.Name, why))
 			continue
 		}
@@ -131,8 +156,18 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 	}
 	// The cache lists targets in no fixed order; messages must not depend on it.
 	slices.SortFunc(serving, func(a, b *v1alpha1.Target) int { return strings.Compare(a.Name, b.Name) })
+	sort.Strings(ineligible)
+	sort.Strings(eligibleElsewhere)
 	if len(serving) == 0 {
-		return Decision{}, fmt.Errorf("%w %s", ErrNoTarget, strings.Join(req.Flavors, ", "))
+		if len(ineligible) == 0 {
+			return Decision{}, noTarget(req.Flavors)
+		}
+		if len(eligibleElsewhere) > 0 {
+			// Kueue may admit the job with another flavor next time.
+			return Decision{}, fmt.Errorf("%w for %s: no target serving it can run the job (%s); targets %s could, under other flavors",
+				ErrNoCapacity, flavorWords(req.Flavors), strings.Join(ineligible, "; "), strings.Join(eligibleElsewhere, ", "))
+		}
+		return Decision{}, fmt.Errorf("%w: %s", ErrIneligible, strings.Join(ineligible, "; "))
 	}
 	if !sizeUnknown && maxPodGPUs(req) > largestNode {
 		return Decision{}, fmt.Errorf("%w: a pod asks for %d GPUs, the largest node of targets %s has %d",
@@ -141,8 +176,26 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 	if why := neverFits(req, serving); why != "" {
 		return Decision{}, fmt.Errorf("%w: %s", ErrNeverFits, why)
 	}
+	if why := neverFitsCPUOrMemory(req, serving); why != "" {
+		return Decision{}, fmt.Errorf("%w: %s", ErrNeverFits, why)
+	}
 	sort.Strings(reasons)
-	return Decision{}, fmt.Errorf("%w for flavor %s: %s", ErrNoCapacity, strings.Join(req.Flavors, ", "), strings.Join(reasons, "; "))
+	reasons = append(reasons, ineligible...)
+	return Decision{}, fmt.Errorf("%w for %s: %s", ErrNoCapacity, flavorWords(req.Flavors), strings.Join(reasons, "; "))
+}
+
+func noTarget(flavors []string) error {
+	if len(flavors) == 0 {
+		return fmt.Errorf("%w: the job was admitted with no flavor and no target takes flavor-less jobs", ErrNoTarget)
+	}
+	return fmt.Errorf("%w %s", ErrNoTarget, strings.Join(flavors, ", "))
+}
+
+func flavorWords(flavors []string) string {
+	if len(flavors) == 0 {
+		return "a flavor-less job"
+	}
+	return "flavor " + strings.Join(flavors, ", ")
 }
 
 // ranked is an available candidate with the free GPUs it would have left.
@@ -169,6 +222,14 @@ func names(targets []*v1alpha1.Target) []string {
 		out[i] = t.Name
 	}
 	return out
+}
+
+// serves reports whether t takes jobs admitted with these flavors.
+func serves(t *v1alpha1.Target, flavors []string) bool {
+	if len(flavors) == 0 {
+		return t.Spec.FlavorlessJobs != v1alpha1.FlavorlessJobsDeny
+	}
+	return servesFlavors(t, flavors)
 }
 
 func servesFlavors(t *v1alpha1.Target, flavors []string) bool {

@@ -260,10 +260,11 @@ func TestChooseErrors(t *testing.T) {
 			wantErr:    ErrNoTarget,
 			wantMsg:    []string{"no target serves flavor h100"},
 		},
-		"a request without flavors matches no target": {
+		"a request without flavors matches no target that denies flavor-less jobs": {
 			req:        Request{PodSets: []PodSet{{Name: "n", Count: 1, GPUsPerPod: 1}}},
-			candidates: []Candidate{cand(target("a").FreeGPUs(8))},
+			candidates: []Candidate{cand(target("a").FreeGPUs(8).FlavorlessJobs(v1alpha1.FlavorlessJobsDeny))},
 			wantErr:    ErrNoTarget,
+			wantMsg:    []string{"admitted with no flavor and no target takes flavor-less jobs"},
 		},
 		"no target serves every flavor": {
 			req:        Request{Flavors: []string{"cpu", "h100"}, PodSets: []PodSet{{Name: "n", Count: 1, GPUsPerPod: 1}}},

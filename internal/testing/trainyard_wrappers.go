@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -219,5 +220,28 @@ func (w *DispatchWrapper) Phase(p v1alpha1.DispatchPhase) *DispatchWrapper {
 // Remote sets status.remote.
 func (w *DispatchWrapper) Remote(ref *v1alpha1.RemoteRef) *DispatchWrapper {
 	w.Status.Remote = ref
+	return w
+}
+
+// FlavorlessJobs sets whether the target takes jobs admitted with no flavor.
+func (w *TargetWrapper) FlavorlessJobs(p v1alpha1.FlavorlessJobsPolicy) *TargetWrapper {
+	w.Spec.FlavorlessJobs = p
+	return w
+}
+
+// CPUAndMemory sets the target's published total and free CPU and memory.
+func (w *TargetWrapper) CPUAndMemory(total, free corev1.ResourceList) *TargetWrapper {
+	if w.Status.Capacity == nil {
+		w.Status.Capacity = corev1.ResourceList{}
+	}
+	if w.Status.Free == nil {
+		w.Status.Free = corev1.ResourceList{}
+	}
+	for k, v := range total {
+		w.Status.Capacity[k] = v
+	}
+	for k, v := range free {
+		w.Status.Free[k] = v
+	}
 	return w
 }

@@ -1,0 +1,87 @@
+package placement
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+func ineligible(w interface{ Obj() *v1alpha1.Target }, why string) Candidate {
+	return Candidate{Target: w.Obj(), Ineligible: why}
+}
+
+func cpuJob(count int32, milliCPU, memory int64) Request {
+	return Request{PodSets: []PodSet{{Name: "node", Count: count, MilliCPUPerPod: milliCPU, MemoryPerPod: memory}}}
+}
+
+func cpuMem(cpu, mem string) corev1.ResourceList {
+	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+}
+
+func TestChooseEligibility(t *testing.T) {
+	runChoose(t, map[string]chooseCase{
+		"an ineligible target is passed over for an eligible one with less room": {
+			req:        job(1, 4),
+			candidates: []Candidate{ineligible(target("a").FreeGPUs(8), "no command"), cand(target("b").FreeGPUs(4))},
+			want:       Decision{Target: "b", FreeAfter: 0},
+		},
+		"every target ineligible: no target can run the job, each named with its reason": {
+			req: job(1, 4),
+			candidates: []Candidate{
+				ineligible(target("b").FreeGPUs(8), "runtime has initializers"),
+				ineligible(target("a").FreeGPUs(8), "the job has no command and the cluster runs no containers"),
+			},
+			wantErr: ErrIneligible,
+			wantMsg: []string{"a: the job has no command and the cluster runs no containers; b: runtime has initializers"},
+		},
+		"ineligible under its flavor, eligible elsewhere: the job waits for another flavor": {
+			req: job(1, 4),
+			candidates: []Candidate{
+				ineligible(target("a").FreeGPUs(8), "no command"),
+				cand(tyt.MakeKubernetesTarget("c", "a100").Available().FreeGPUs(8)),
+			},
+			wantErr: ErrNoCapacity,
+			wantMsg: []string{"a: no command", "targets c could, under other flavors"},
+		},
+		"a full eligible target keeps the job waiting, and the ineligible are listed too": {
+			req:        job(1, 4),
+			candidates: []Candidate{cand(target("a").FreeGPUs(2)), ineligible(target("b").FreeGPUs(8), "no command")},
+			wantErr:    ErrNoCapacity,
+			wantMsg:    []string{"a: 2 GPUs free, job needs 4", "b: no command"},
+		},
+	})
+}
+
+func TestChooseFlavorless(t *testing.T) {
+	runChoose(t, map[string]chooseCase{
+		"a CPU-only job goes to a target that takes flavor-less jobs": {
+			req: cpuJob(2, 500, 1<<30),
+			candidates: []Candidate{
+				cand(target("a").FlavorlessJobs(v1alpha1.FlavorlessJobsDeny).CPUAndMemory(cpuMem("64", "256Gi"), cpuMem("64", "256Gi"))),
+				cand(target("b").CPUAndMemory(cpuMem("16", "64Gi"), cpuMem("8", "32Gi"))),
+			},
+			want: Decision{Target: "b"},
+		},
+		"not enough free CPU keeps it waiting": {
+			req:        cpuJob(2, 4000, 1<<30),
+			candidates: []Candidate{cand(target("b").CPUAndMemory(cpuMem("16", "64Gi"), cpuMem("6", "32Gi")))},
+			wantErr:    ErrNoCapacity,
+			wantMsg:    []string{"b: 6 CPU free, job needs 8"},
+		},
+		"more memory than any target has can never run": {
+			req:        cpuJob(2, 1000, 40<<30),
+			candidates: []Candidate{cand(target("b").CPUAndMemory(cpuMem("16", "64Gi"), cpuMem("16", "64Gi")))},
+			wantErr:    ErrNeverFits,
+			wantMsg:    []string{"b has 64Gi memory in all"},
+		},
+		"a target that publishes no CPU figure is not held to one": {
+			req:        cpuJob(1, 100000, 0),
+			candidates: []Candidate{cand(target("b"))},
+			want:       Decision{Target: "b"},
+		},
+	})
+}
