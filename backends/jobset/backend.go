@@ -121,7 +121,7 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 }
 
 // adoptWithCompanions adopts js and creates whichever of the objects its
-// pods mount (an MPI job's Secret and ConfigMap) an interrupted Submit left
+// pods mount (MPI's or Flux's Secret and ConfigMap) an interrupted Submit left
 // uncreated, from a fresh render.
 func (b *Backend) adoptWithCompanions(ctx context.Context, js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) (*v1alpha1.RemoteRef, error) {
 	ref, err := b.adopt(js, d)
@@ -147,8 +147,8 @@ func (b *Backend) createCompanions(ctx context.Context, js *jobsetv1alpha2.JobSe
 	return kubework.CreateCompanions(ctx, b.c, reader, js, objs)
 }
 
-// mountsCompanions reports whether js's pods mount an MPI Secret or
-// hostfile ConfigMap named after it.
+// mountsCompanions reports whether js's pods mount a companion named after
+// it (MPI's keys and hostfile, Flux's curve key and scripts).
 func mountsCompanions(js *jobsetv1alpha2.JobSet) bool {
 	specs := make([]*corev1.PodSpec, 0, len(js.Spec.ReplicatedJobs))
 	for i := range js.Spec.ReplicatedJobs {

@@ -35,6 +35,11 @@ const (
 type RenderOptions struct {
 	// Namespace on the spoke for the JobSet.
 	Namespace string
+	// Check refuses the runtime and TrainJob the backend cannot run, before
+	// anything is rendered (default CheckRuntime); a backend that renders
+	// through this one passes its own Eligible check, so the hub and the
+	// render share one source of truth.
+	Check func(*trainer.TrainingRuntimeSpec, *trainer.TrainJobSpec) error
 }
 
 // Render turns d into the JobSet that runs it on a spoke: Trainer's runtime
@@ -53,8 +58,10 @@ func Render(d *v1alpha1.Dispatch, opts RenderOptions) (*jobsetv1alpha2.JobSet, e
 // need, which Submit creates owned by the JobSet.
 type Rendered struct {
 	JobSet *jobsetv1alpha2.JobSet
-	// Companions are an MPI job's SSH key Secret (a fresh key pair on every
-	// render) and hostfile ConfigMap, in the JobSet's namespace.
+	// Companions are, in the JobSet's namespace, an MPI job's SSH key
+	// Secret (a fresh key pair on every render) and hostfile ConfigMap, or a
+	// Flux job's curve key Secret (derived from the TrainJob's UID, so the
+	// same on every render) and init script ConfigMap.
 	Companions []client.Object
 }
 
@@ -67,7 +74,11 @@ func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 	if err != nil {
 		return nil, rejected(d, err)
 	}
-	spec, err := runtimeSpec(d)
+	check := opts.Check
+	if check == nil {
+		check = CheckRuntime
+	}
+	spec, err := runtimeSpec(d, tj, check)
 	if err != nil {
 		return nil, rejected(d, err)
 	}
@@ -136,46 +147,54 @@ func checkRuntimeRef(ref *trainer.RuntimeRef, kind v1alpha1.RuntimeKind) error {
 	return nil
 }
 
-// runtimeSpec decodes the runtime snapshot and refuses what this backend
-// cannot run: Flux needs its own config map and installer, and pod group
-// policies a PodGroup and its scheduler on the spoke, none of which are
-// rendered yet. MPI's unset fields get the defaults the Trainer CRD gives
-// them, which a snapshot taken from an older CRD may lack.
-func runtimeSpec(d *v1alpha1.Dispatch) (*trainer.TrainingRuntimeSpec, error) {
+// runtimeSpec decodes the runtime snapshot, refuses what the backend cannot
+// run (check: the same one its Eligible runs on the hub) and gives unset
+// fields the defaults the Trainer CRD gives them, which a snapshot taken
+// from an older CRD may lack and Trainer's plugins dereference.
+func runtimeSpec(d *v1alpha1.Dispatch, tj *trainer.TrainJob, check func(*trainer.TrainingRuntimeSpec, *trainer.TrainJobSpec) error) (*trainer.TrainingRuntimeSpec, error) {
 	spec := &trainer.TrainingRuntimeSpec{}
 	if err := decodeObject(d.Spec.Runtime.Spec.Raw, spec); err != nil {
 		return nil, fmt.Errorf("decode runtime %s %q: %w", d.Spec.Runtime.Kind, d.Spec.Runtime.Name, err)
 	}
-	if len(spec.Template.Spec.ReplicatedJobs) == 0 {
-		return nil, fmt.Errorf("runtime %q has no replicated jobs", d.Spec.Runtime.Name)
+	if err := check(spec, &tj.Spec); err != nil {
+		return nil, fmt.Errorf("runtime %q: %w", d.Spec.Runtime.Name, err)
 	}
-	if ml := spec.MLPolicy; ml != nil {
-		if ml.Flux != nil {
-			return nil, fmt.Errorf("runtime %q: Flux runtimes are not supported by the JobSet backend", d.Spec.Runtime.Name)
+	if ml := spec.MLPolicy; ml != nil && ml.MPI != nil {
+		mpi := ml.MPI
+		if mpi.MPIImplementation == nil {
+			mpi.MPIImplementation = ptr.To(trainer.MPIImplementationOpenMPI)
 		}
-		if mpi := ml.MPI; mpi != nil {
-			if mpi.MPIImplementation == nil {
-				mpi.MPIImplementation = ptr.To(trainer.MPIImplementationOpenMPI)
-			}
-			if *mpi.MPIImplementation != trainer.MPIImplementationOpenMPI {
-				// Trainer's MPI plugin renders OpenMPI only.
-				return nil, fmt.Errorf("runtime %q: MPI implementation %s is not supported on Kubernetes spokes (OpenMPI is)", d.Spec.Runtime.Name, *mpi.MPIImplementation)
-			}
-			if mpi.NumProcPerNode == nil {
-				mpi.NumProcPerNode = ptr.To[int32](1)
-			}
-			if mpi.SSHAuthMountPath == nil {
-				mpi.SSHAuthMountPath = ptr.To("/root/.ssh")
-			}
-			if mpi.RunLauncherAsNode == nil {
-				mpi.RunLauncherAsNode = ptr.To(false)
-			}
+		if mpi.NumProcPerNode == nil {
+			mpi.NumProcPerNode = ptr.To[int32](1)
+		}
+		if mpi.SSHAuthMountPath == nil {
+			mpi.SSHAuthMountPath = ptr.To("/root/.ssh")
+		}
+		if mpi.RunLauncherAsNode == nil {
+			mpi.RunLauncherAsNode = ptr.To(false)
 		}
 	}
-	if spec.PodGroupPolicy != nil {
-		return nil, fmt.Errorf("runtime %q: podGroupPolicy is not supported by the JobSet backend", d.Spec.Runtime.Name)
+	if IsFlux(spec) {
+		fluxDefaults(spec, tj)
 	}
 	return spec, nil
+}
+
+// fluxDefaults fills what Trainer's Flux plugin dereferences unchecked: the
+// runtime's processes per node (CRD default 1) and the TrainJob's trainer
+// and node count, which it takes from the runtime as Trainer's pod set
+// count (and so Kueue's) does.
+func fluxDefaults(spec *trainer.TrainingRuntimeSpec, tj *trainer.TrainJob) {
+	flux := spec.MLPolicy.Flux
+	if flux.NumProcPerNode == nil {
+		flux.NumProcPerNode = ptr.To[int32](1)
+	}
+	if tj.Spec.Trainer == nil {
+		tj.Spec.Trainer = &trainer.Trainer{}
+	}
+	if tj.Spec.Trainer.NumNodes == nil {
+		tj.Spec.Trainer.NumNodes = ptr.To(ptr.Deref(spec.MLPolicy.NumNodes, 1))
+	}
 }
 
 // decodeObject decodes a JSON object; empty or non-object input is an error

@@ -121,3 +121,78 @@ func TestJobSetStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestJobSetStatusWithInitializers: the trainer's nodes start only once the
+// initializer jobs complete (dependsOn), so the job is running only when
+// the nodes are, and done only when the JobSet says so, not when the
+// initializers finish.
+func TestJobSetStatusWithInitializers(t *testing.T) {
+	spec := func(js *jobsetv1alpha2.JobSet) *jobsetv1alpha2.JobSet {
+		for _, n := range []string{"dataset-initializer", "model-initializer", "node"} {
+			js.Spec.ReplicatedJobs = append(js.Spec.ReplicatedJobs, jobsetv1alpha2.ReplicatedJob{Name: n, Replicas: 1})
+		}
+		return js
+	}
+	rjs := func(dataset, model, node jobsetv1alpha2.ReplicatedJobStatus) []jobsetv1alpha2.ReplicatedJobStatus {
+		dataset.Name, model.Name, node.Name = "dataset-initializer", "model-initializer", "node"
+		return []jobsetv1alpha2.ReplicatedJobStatus{dataset, model, node}
+	}
+	replicas := func(s []jobsetv1alpha2.ReplicatedJobStatus) []v1alpha1.ReplicaStatus {
+		js := jobSetWith(nil, s...)
+		return replicas(js)
+	}
+	var none jobsetv1alpha2.ReplicatedJobStatus
+	running := jobsetv1alpha2.ReplicatedJobStatus{Active: 1, Ready: 1}
+	done := jobsetv1alpha2.ReplicatedJobStatus{Succeeded: 1}
+	failed := jobsetv1alpha2.ReplicatedJobStatus{Failed: 1}
+	cases := map[string]struct {
+		status []jobsetv1alpha2.ReplicatedJobStatus
+		conds  []metav1.Condition
+		pods   []corev1.Pod
+		want   backends.Status
+	}{
+		"initializers running, nodes not made yet": {
+			status: rjs(running, running, none),
+			pods:   []corev1.Pod{pod(1, 0), pod(2, 0)},
+			want:   backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated},
+		},
+		"one initializer done, the other running": {
+			status: rjs(done, running, none),
+			pods:   []corev1.Pod{pod(1, 3, 0), pod(2, 0)},
+			want:   backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated},
+		},
+		"initializers done, nodes running": {
+			status: rjs(done, done, running),
+			pods:   []corev1.Pod{pod(1, 3, 0), pod(2, 4, 0), pod(5, 0)},
+			want:   backends.Status{Phase: v1alpha1.DispatchRunning, Reason: ReasonRunning, StartTime: atPtr(1)},
+		},
+		"initializers done, no node active yet": {
+			status: rjs(done, done, none),
+			pods:   []corev1.Pod{pod(1, 3, 0), pod(2, 4, 0)},
+			want:   backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated},
+		},
+		"nodes completed": {
+			status: rjs(done, done, done),
+			conds:  []metav1.Condition{cond(jobsetv1alpha2.JobSetCompleted, metav1.ConditionTrue, "AllJobsCompleted", "jobset completed successfully", 9)},
+			pods:   []corev1.Pod{pod(1, 3, 0), pod(2, 4, 0), pod(5, 8, 0)},
+			want: backends.Status{Phase: v1alpha1.DispatchSucceeded, Reason: "AllJobsCompleted", Message: "jobset completed successfully",
+				StartTime: atPtr(1), CompletionTime: atPtr(9)},
+		},
+		"an initializer failed, nodes never ran": {
+			status: rjs(failed, done, none),
+			conds:  []metav1.Condition{cond(jobsetv1alpha2.JobSetFailed, metav1.ConditionTrue, "FailedJobs", "jobset failed due to one or more job failures", 4)},
+			pods:   []corev1.Pod{pod(1, 3, 2), pod(2, 3, 0)},
+			want: backends.Status{Phase: v1alpha1.DispatchFailed, Reason: "FailedJobs", Message: "jobset failed due to one or more job failures",
+				ExitCode: ptr.To[int32](2), StartTime: atPtr(1), CompletionTime: atPtr(4)},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tc.want.Replicas = replicas(tc.status)
+			got := jobSetStatus(spec(jobSetWith(tc.conds, tc.status...)), tc.pods, now)
+			if diff := cmp.Diff(tc.want, *got); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

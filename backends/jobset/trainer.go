@@ -97,7 +97,16 @@ func (noopIndexer) IndexField(context.Context, client.Object, string, client.Ind
 // ConfigMaps the JobSet mounts (MPI's SSH keys and hostfile, Flux's init
 // script and curve key); Trainer makes them owned by the TrainJob, which
 // exists only on the hub, so Submit makes them owned by the JobSet instead.
-func (f *trainerFramework) buildJobSet(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) (*jobsetv1alpha2.JobSet, []client.Object, error) {
+//
+// Trainer's plugins dereference optional fields its webhooks and CRD
+// defaults normally fill; a panic on such input is returned as an error, so
+// one tenant's job cannot crash the agent.
+func (f *trainerFramework) buildJobSet(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) (js *jobsetv1alpha2.JobSet, companions []client.Object, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			js, companions, err = nil, nil, fmt.Errorf("trainer's runtime framework failed on this job: %v", r)
+		}
+	}()
 	key := kftrainerruntime.RuntimeRefToRuntimeRegistryKey(tj.Spec.RuntimeRef)
 	rt, ok := f.runtimes[key]
 	if !ok {
@@ -111,8 +120,6 @@ func (f *trainerFramework) buildJobSet(tj *trainer.TrainJob, spec *trainer.Train
 	if err != nil {
 		return nil, nil, fmt.Errorf("build JobSet: %w", err)
 	}
-	var js *jobsetv1alpha2.JobSet
-	var companions []client.Object
 	for _, o := range objs {
 		var obj client.Object
 		switch ac := o.(type) {

@@ -228,8 +228,10 @@ func ContainerNamed(spec *corev1.PodSpec, want string) string {
 }
 
 // MountsCompanions reports whether any of specs mounts a Secret or
-// ConfigMap whose name starts with owner's name: the companions (MPI keys,
-// hostfile) Submit creates beside the remote work, which adopting it must
+// ConfigMap whose name starts with owner's name: the companions Trainer's
+// plugins name after the job (MPI's <name>-mpi-ssh-auth and
+// <name>-mpi-hostfile, Flux's <name>-flux-curve and <name>-flux-entrypoint)
+// that Submit creates beside the remote work, and that adopting it must
 // make again if an interrupted Submit left them out.
 func MountsCompanions(owner string, specs ...*corev1.PodSpec) bool {
 	for _, spec := range specs {

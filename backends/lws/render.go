@@ -46,10 +46,11 @@ var workerIndexField = "metadata.labels['" + lwsv1.WorkerIndexLabelKey + "']"
 const completionIndexField = "metadata.annotations['" + batchv1.JobCompletionIndexAnnotation + "']"
 
 // Render turns d into the LeaderWorkerSet that runs it in namespace.
-// Runtimes that do not map onto one leader and its workers are refused
-// with an error wrapping backends.ErrRejected.
+// Runtimes that do not map onto one leader and its workers (CheckRuntime,
+// which Eligible runs on the hub) are refused with an error wrapping
+// backends.ErrRejected.
 func Render(d *v1alpha1.Dispatch, namespace string) (*Rendered, error) {
-	r, err := jobset.RenderAll(d, jobset.RenderOptions{Namespace: namespace})
+	r, err := jobset.RenderAll(d, jobset.RenderOptions{Namespace: namespace, Check: CheckRuntime})
 	if err != nil {
 		return nil, err
 	}

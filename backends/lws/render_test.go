@@ -7,11 +7,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	lwsv1 "sigs.k8s.io/lws/api/leaderworkerset/v1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -120,29 +118,31 @@ func TestRenderMPI(t *testing.T) {
 	}
 }
 
+// TestRenderRejects: what a LeaderWorkerSet cannot hold is refused by
+// Render, for the same reason Eligible gives the hub.
 func TestRenderRejects(t *testing.T) {
-	withInitializer := tyt.TorchRuntimeSpec(1)
-	withInitializer.Template.Spec.ReplicatedJobs = append([]jobsetv1alpha2.ReplicatedJob{{
-		Name: "dataset-initializer", Replicas: 1,
-		Template: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "dataset-initializer", Image: "init"}},
-		}}}},
-	}}, withInitializer.Template.Spec.ReplicatedJobs...)
+	shipped := func(path string, podSets ...v1alpha1.PodSetPlacement) *v1alpha1.Dispatch {
+		d, err := tyt.ShippedDispatch(path, nil, podSets...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	node := v1alpha1.PodSetPlacement{Name: "node", Count: 1}
+	dataset := v1alpha1.PodSetPlacement{Name: "dataset-initializer", Count: 1}
 	cases := map[string]struct {
 		d    *v1alpha1.Dispatch
-		want string
+		want error
 	}{
-		"initializers": {
-			d: torchDispatch(2, withInitializer).PodSets(
-				v1alpha1.PodSetPlacement{Name: "dataset-initializer", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: 2}).Obj(),
-			want: "not replicated jobs dataset-initializer: use the JobSet backend",
-		},
+		"Flux, shipped":             {d: shipped(tyt.TrainerFluxRuntime, node), want: ErrFlux},
+		"torchtune, shipped":        {d: shipped(tyt.TrainerTorchtuneLlama1B, dataset, v1alpha1.PodSetPlacement{Name: "model-initializer", Count: 1}, node), want: ErrVolumeClaimPolicies},
+		"torch with cache, shipped": {d: shipped(tyt.TrainerTorchWithCache, dataset, node), want: ErrInitializers},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, err := Render(tc.d, testNS)
-			if !errors.Is(err, backends.ErrRejected) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Render error = %v, want rejected with %q", err, tc.want)
+			if !errors.Is(err, backends.ErrRejected) || !errors.Is(err, tc.want) {
+				t.Fatalf("Render error = %v, want rejected with %v", err, tc.want)
 			}
 		})
 	}
