@@ -3,23 +3,20 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"github.com/spf13/cobra"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
-)
-
-// Runtimes a converted job refers to unless --runtime says otherwise.
-const (
-	DefaultTorchRuntime = "torch-distributed"
-	DefaultMPIRuntime   = "mpi-distributed"
 )
 
 // convertOptions are the flags of `trainyard convert`.
@@ -27,38 +24,59 @@ type convertOptions struct {
 	file        string
 	runtime     string
 	runtimeKind string
+	queue       string
 	output      string
+	hub         hubFlags
+	// kindSet: --runtime-kind was given, and limits the runtimes picked.
+	kindSet bool
 }
+
+// listTimeout bounds listing the hub's runtimes.
+const listTimeout = 30 * time.Second
 
 func newConvertCommand(e *env) *cobra.Command {
 	o := convertOptions{}
 	cmd := &cobra.Command{
 		Use:   "convert -f FILE",
-		Short: "Convert Training Operator V1 PyTorchJobs and MPIJobs to TrainJobs",
-		Long: `Convert Training Operator V1 jobs (kubeflow.org/v1 PyTorchJob and MPIJob) to
-Kubeflow Trainer TrainJobs that refer to a runtime, and print them.
+		Short: "Convert PyTorchJobs and MPIJobs to TrainJobs",
+		Long: `Convert Training Operator V1 jobs (kubeflow.org/v1 PyTorchJob and MPIJob) and
+mpi-operator's kubeflow.org/v2beta1 MPIJobs to Kubeflow Trainer TrainJobs that
+refer to a runtime, and print them.
 
-numNodes comes from the Worker replicas (plus the Master for a PyTorchJob);
-image, command, args, env and resourcesPerNode from the training container
-(the Launcher's command for an MPIJob); the kueue.x-k8s.io/queue-name label
-and the other labels and annotations are kept. Every field that a TrainJob
-cannot carry (sidecars, volumes, node selectors, restart policies, ...) is
-named in a warning on stderr: move it into the runtime.`,
-		Example: e.examples("convert -f pytorchjob.yaml > trainjob.yaml", "convert -f mpijob.yaml --runtime deepspeed-distributed"),
-		Args:    cobra.NoArgs,
+Without --runtime, the runtime is picked from the hub's ClusterTrainingRuntimes
+and the TrainingRuntimes of the job's namespace: one with mlPolicy.torch for a
+PyTorchJob, mlPolicy.mpi for an MPIJob, Kubeflow's torch-distributed and
+deepspeed-distributed first; a note on stderr names it. With --runtime, no
+cluster is needed.
+
+numNodes comes from the Worker replicas (plus the Master for a PyTorchJob,
+elastic ones included); image, command, args, env and resourcesPerNode from
+the training container (the Launcher's command for an MPIJob);
+numProcPerNode from nprocPerNode or slotsPerWorker. --queue sets the
+kueue.x-k8s.io/queue-name label and -n the namespace; the other labels and
+annotations are kept. Every field that a TrainJob cannot carry (sidecars,
+volumes, node selectors, restart policies, elastic bounds, ...) is named in
+a warning on stderr: move it into the runtime.`,
+		Example: e.examples("convert -f pytorchjob.yaml --queue team-a > trainjob.yaml",
+			"convert -f mpijob.yaml -n team-a --runtime deepspeed-distributed"),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runConvert(e, o)
+			o.kindSet = cmd.Flags().Changed("runtime-kind")
+			return runConvert(cmd.Context(), e, o)
 		},
 	}
 	cmd.Flags().StringVarP(&o.file, "filename", "f", "", `file with one or more PyTorchJobs or MPIJobs ("-" reads stdin)`)
-	cmd.Flags().StringVar(&o.runtime, "runtime", "", "runtime the TrainJobs refer to (default "+DefaultTorchRuntime+" for PyTorchJobs, "+DefaultMPIRuntime+" for MPIJobs)")
+	cmd.Flags().StringVar(&o.runtime, "runtime", "", "runtime the TrainJobs refer to (default: one with the job's ML policy on the hub)")
 	cmd.Flags().StringVar(&o.runtimeKind, "runtime-kind", trainer.ClusterTrainingRuntimeKind, "kind of the runtime: ClusterTrainingRuntime or TrainingRuntime")
+	cmd.Flags().StringVar(&o.queue, "queue", "", "Kueue LocalQueue of the TrainJobs (the kueue.x-k8s.io/queue-name label)")
+	o.hub.addTo(cmd, true, false)
+	cmd.Flags().Lookup("namespace").Usage = "namespace of the TrainJobs (default: the input's; a job with none looks up TrainingRuntimes in the context's)"
 	addOutputFlag(cmd, &o.output, outputYAML, outputJSON)
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }
 
-func runConvert(e *env, o convertOptions) error {
+func runConvert(ctx context.Context, e *env, o convertOptions) error {
 	if err := checkOutput(o.output, outputYAML, outputJSON); err != nil {
 		return err
 	}
@@ -76,9 +94,26 @@ func runConvert(e *env, o convertOptions) error {
 	if len(docs) == 0 {
 		return fmt.Errorf("%s: no objects to convert", o.file)
 	}
+	opts := ConvertOptions{Runtime: o.runtime, RuntimeKind: o.runtimeKind, Namespace: o.hub.namespace, Queue: o.queue}
+	if o.runtime == "" {
+		ctx, cancel := context.WithTimeout(ctx, listTimeout)
+		defer cancel()
+		kind := ""
+		if o.kindSet {
+			kind = o.runtimeKind
+		}
+		open := func() (client.Reader, string, error) {
+			h, err := o.hub.connect()
+			if err != nil {
+				return nil, "", err
+			}
+			return h, h.namespace, nil
+		}
+		opts.PickRuntime = newRuntimeCatalog(ctx, open, kind, e.ErrOut).pick
+	}
 	var jobs []*trainer.TrainJob
 	for i, doc := range docs {
-		tj, warnings, err := Convert(doc, ConvertOptions{Runtime: o.runtime, RuntimeKind: o.runtimeKind})
+		tj, warnings, err := Convert(doc, opts)
 		if err != nil {
 			return fmt.Errorf("%s: document %d: %w", o.file, i+1, err)
 		}

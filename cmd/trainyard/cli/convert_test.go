@@ -275,13 +275,14 @@ func TestConvert(t *testing.T) {
 				"    numNodes: 3",
 			),
 			warnings: []string{
-				"PyTorchJob/big: no kueue.x-k8s.io/queue-name label: Kueue will not queue the TrainJob, so trainyard will not dispatch it",
+				"PyTorchJob/big: no kueue.x-k8s.io/queue-name label (pass --queue): Kueue will not queue the TrainJob, so trainyard will not dispatch it",
 				"PyTorchJob/big: spec.pytorchReplicaSpecs.Worker.template.spec.containers[logger] is not carried over: a TrainJob runs one training container per node (add sidecars to the runtime)",
 				"PyTorchJob/big: spec.pytorchReplicaSpecs.Master.restartPolicy OnFailure is not carried over: restarts follow the runtime's failurePolicy",
 				"PyTorchJob/big: spec.pytorchReplicaSpecs.Worker.restartPolicy OnFailure is not carried over: restarts follow the runtime's failurePolicy",
 				"PyTorchJob/big: the Master's training container differs from the Worker's in command, which is not carried over: every node runs the Worker's container",
 				`PyTorchJob/big: spec.nprocPerNode "auto" is not carried over: numProcPerNode takes a number, and the runtime's default applies`,
-				"PyTorchJob/big: spec.elasticPolicy is not carried over: TrainJobs have no elastic training",
+				"PyTorchJob/big: spec.elasticPolicy.maxReplicas is not carried over: a TrainJob runs a fixed numNodes",
+				"PyTorchJob/big: spec.elasticPolicy.minReplicas is not carried over: a TrainJob runs a fixed numNodes",
 				"PyTorchJob/big: spec.pytorchReplicaSpecs.Worker.template.metadata is not carried over: set it in the runtime",
 				"PyTorchJob/big: spec.pytorchReplicaSpecs.Worker.template.spec.containers[pytorch].ports is not carried over: the runtime sets the ports",
 				"PyTorchJob/big: spec.pytorchReplicaSpecs.Worker.template.spec.containers[pytorch].volumeMounts is not carried over: mount volumes through the runtime's pod template",
@@ -305,7 +306,7 @@ func TestConvert(t *testing.T) {
 				"  runtimeRef:",
 				"    apiGroup: trainer.kubeflow.org",
 				"    kind: ClusterTrainingRuntime",
-				"    name: mpi-distributed",
+				"    name: deepspeed-distributed",
 				"  trainer:",
 				"    args:",
 				"    - -np",
@@ -340,7 +341,7 @@ func TestConvert(t *testing.T) {
 				"  runtimeRef:",
 				"    apiGroup: trainer.kubeflow.org",
 				"    kind: ClusterTrainingRuntime",
-				"    name: mpi-distributed",
+				"    name: deepspeed-distributed",
 				"  trainer:",
 				"    command:",
 				"    - mpirun",
@@ -368,6 +369,9 @@ func TestConvert(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			if tc.opts.Runtime == "" {
+				tc.opts.PickRuntime = pickShipped
+			}
 			tj, warnings, err := Convert(doc(t, tc.input), tc.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -388,12 +392,12 @@ func TestConvertErrors(t *testing.T) {
 		want  string
 	}{
 		"another API version": {
-			input: "apiVersion: kubeflow.org/v2beta1\nkind: MPIJob\nmetadata: {name: a}\n",
-			want:  "cannot convert kubeflow.org/v2beta1 MPIJob: want a kubeflow.org/v1 PyTorchJob or MPIJob",
+			input: "apiVersion: kubeflow.org/v2beta1\nkind: PyTorchJob\nmetadata: {name: a}\n",
+			want:  "cannot convert kubeflow.org/v2beta1 PyTorchJob: want a kubeflow.org/v1 PyTorchJob, or a kubeflow.org/v1 or kubeflow.org/v2beta1 MPIJob",
 		},
 		"another kind": {
 			input: "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: a}\n",
-			want:  "cannot convert kubeflow.org/v1 TFJob: want a kubeflow.org/v1 PyTorchJob or MPIJob",
+			want:  "cannot convert kubeflow.org/v1 TFJob: want a kubeflow.org/v1 PyTorchJob, or a kubeflow.org/v1 or kubeflow.org/v2beta1 MPIJob",
 		},
 		"PyTorchJob without replicas": {
 			input: "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: a}\nspec: {}\n",
@@ -401,7 +405,7 @@ func TestConvertErrors(t *testing.T) {
 		},
 		"MPIJob without workers": {
 			input: "apiVersion: kubeflow.org/v1\nkind: MPIJob\nmetadata: {name: a}\nspec: {mpiReplicaSpecs: {Launcher: {template: {spec: {containers: [{name: mpi}]}}}}}\n",
-			want:  "MPIJob/a: spec.mpiReplicaSpecs has no Worker",
+			want:  "MPIJob/a: spec.mpiReplicaSpecs has no Worker replicas",
 		},
 		"no containers": {
 			input: "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: a}\nspec: {pytorchReplicaSpecs: {Worker: {template: {spec: {containers: []}}}}}\n",
@@ -414,13 +418,16 @@ func TestConvertErrors(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := Convert(doc(t, tc.input), ConvertOptions{})
+			_, _, err := Convert(doc(t, tc.input), ConvertOptions{PickRuntime: pickShipped})
 			if err == nil || err.Error() != tc.want {
 				t.Errorf("error = %v, want %q", err, tc.want)
 			}
 		})
 	}
 }
+
+// noKubeconfig is a kubeconfig that does not exist: no hub is reachable.
+const noKubeconfig = "/nonexistent/kubeconfig"
 
 // TestConvertCommand runs `convert` as a user does: documents from stdin,
 // TrainJobs on stdout, warnings and errors on stderr, and the exit code.
@@ -470,7 +477,7 @@ func TestConvertCommand(t *testing.T) {
 			),
 		},
 		"JSON, with a warning": {
-			args:     []string{"convert", "-f", "-", "-o", "json"},
+			args:     []string{"convert", "-f", "-", "-o", "json", "--runtime", "torch-distributed", "--kubeconfig", noKubeconfig},
 			stdin:    "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: a}\nspec: {pytorchReplicaSpecs: {Worker: {template: {spec: {containers: [{name: pytorch, image: i}]}}}}}\n",
 			wantCode: 0,
 			wantOut: lines(
@@ -493,13 +500,41 @@ func TestConvertCommand(t *testing.T) {
 				`    }`,
 				"}",
 			),
-			wantErrOut: lines("warning: PyTorchJob/a: no kueue.x-k8s.io/queue-name label: Kueue will not queue the TrainJob, so trainyard will not dispatch it"),
+			wantErrOut: lines("warning: PyTorchJob/a: no kueue.x-k8s.io/queue-name label (pass --queue): Kueue will not queue the TrainJob, so trainyard will not dispatch it"),
+		},
+		"queue and namespace from flags, offline": {
+			args:     []string{"convert", "-f", "-", "--runtime", "rt", "--queue", "q2", "-n", "team-b", "--kubeconfig", noKubeconfig},
+			stdin:    "apiVersion: kubeflow.org/v2beta1\nkind: MPIJob\nmetadata: {name: a, namespace: team-a, labels: {kueue.x-k8s.io/queue-name: q}}\nspec: {mpiReplicaSpecs: {Worker: {replicas: 2, template: {spec: {containers: [{name: mpi, image: i}]}}}}}\n",
+			wantCode: 0,
+			wantOut: lines(
+				"apiVersion: trainer.kubeflow.org/v1alpha1",
+				"kind: TrainJob",
+				"metadata:",
+				"  labels:",
+				"    kueue.x-k8s.io/queue-name: q2",
+				"  name: a",
+				"  namespace: team-b",
+				"spec:",
+				"  runtimeRef:",
+				"    apiGroup: trainer.kubeflow.org",
+				"    kind: ClusterTrainingRuntime",
+				"    name: rt",
+				"  trainer:",
+				"    image: i",
+				"    numNodes: 2",
+			),
+		},
+		"no runtime, and no hub to pick one from": {
+			args:       []string{"convert", "-f", "-", "--kubeconfig", noKubeconfig},
+			stdin:      "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: a}\nspec: {pytorchReplicaSpecs: {Worker: {template: {spec: {containers: [{name: pytorch, image: i}]}}}}}\n",
+			wantCode:   1,
+			wantErrOut: lines("error: -: document 1: PyTorchJob/a: no --runtime, and the hub's runtimes cannot be listed: load kubeconfig: stat " + noKubeconfig + ": no such file or directory (pass --runtime NAME to convert without the hub)"),
 		},
 		"a kind it cannot convert": {
 			args:       []string{"convert", "-f", "-"},
 			stdin:      "apiVersion: batch/v1\nkind: Job\nmetadata: {name: a}\n",
 			wantCode:   1,
-			wantErrOut: lines("error: -: document 1: cannot convert batch/v1 Job: want a kubeflow.org/v1 PyTorchJob or MPIJob"),
+			wantErrOut: lines("error: -: document 1: cannot convert batch/v1 Job: want a kubeflow.org/v1 PyTorchJob, or a kubeflow.org/v1 or kubeflow.org/v2beta1 MPIJob"),
 		},
 		"a missing file": {
 			args:       []string{"convert", "-f", "/nonexistent/job.yaml"},

@@ -25,7 +25,18 @@ var serverSet = []string{
 
 // hints say where a field that is not carried over belongs, by its name.
 var hints = map[string]string{
-	"elasticPolicy":           "TrainJobs have no elastic training",
+	"minReplicas":             "a TrainJob runs a fixed numNodes",
+	"maxReplicas":             "a TrainJob runs a fixed numNodes",
+	"metrics":                 "TrainJobs are not autoscaled",
+	"rdzvBackend":             "the runtime's torch policy sets up the rendezvous",
+	"rdzvHost":                "the runtime's torch policy sets up the rendezvous",
+	"rdzvPort":                "the runtime's torch policy sets up the rendezvous",
+	"rdzvId":                  "the runtime's torch policy sets up the rendezvous",
+	"rdzvConf":                "the runtime's torch policy sets up the rendezvous",
+	"standalone":              "the runtime's torch policy sets up the rendezvous",
+	"maxRestarts":             "set failurePolicy.maxRestarts in the runtime",
+	"sshAuthMountPath":        "set mlPolicy.mpi.sshAuthMountPath in the runtime",
+	"launcherCreationPolicy":  "the runtime decides when the launcher starts (dependsOn)",
 	"backoffLimit":            "set failurePolicy.maxRestarts in the runtime",
 	"cleanPodPolicy":          "the runtime and trainyard decide when pods go",
 	"ttlSecondsAfterFinished": "the runtime and trainyard decide when pods go",

@@ -1,11 +1,11 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"sort"
-	"strconv"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,11 +14,13 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Training Operator V1 (kubeflow.org/v1) as far as convert reads it. Only
-// the fields carried over, or explicitly warned about, are declared: every
-// other field of the input is found by unreadFields and named in a warning.
+// The jobs convert reads: Training Operator V1's kubeflow.org/v1 PyTorchJob
+// and MPIJob, and mpi-operator's kubeflow.org/v2beta1 MPIJob. Only the
+// fields carried over, or explicitly warned about, are declared: every other
+// field of the input is found by unreadFields and named in a warning.
 const (
 	trainingOperatorV1 = "kubeflow.org/v1"
+	mpiOperatorV2beta1 = "kubeflow.org/v2beta1"
 	kindPyTorchJob     = "PyTorchJob"
 	kindMPIJob         = "MPIJob"
 )
@@ -50,15 +52,26 @@ type v1JobSpec struct {
 	// PyTorchJob.
 	PyTorchReplicaSpecs map[string]*v1ReplicaSpec `json:"pytorchReplicaSpecs,omitempty"`
 	NprocPerNode        *intstr.IntOrString       `json:"nprocPerNode,omitempty"`
-	// MPIJob.
+	ElasticPolicy       *v1ElasticPolicy          `json:"elasticPolicy,omitempty"`
+	// MPIJob, both versions.
 	MPIReplicaSpecs map[string]*v1ReplicaSpec `json:"mpiReplicaSpecs,omitempty"`
 	SlotsPerWorker  *int32                    `json:"slotsPerWorker,omitempty"`
-	MainContainer   *string                   `json:"mainContainer,omitempty"`
+	// MPIJob kubeflow.org/v1.
+	MainContainer *string `json:"mainContainer,omitempty"`
+	// MPIJob kubeflow.org/v2beta1.
+	RunLauncherAsWorker *bool  `json:"runLauncherAsWorker,omitempty"`
+	MPIImplementation   string `json:"mpiImplementation,omitempty"`
 }
 
 type v1RunPolicy struct {
 	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
 	Suspend               *bool  `json:"suspend,omitempty"`
+}
+
+// v1ElasticPolicy is read for its deprecated nProcPerNode; its other fields
+// (replica bounds, rendezvous, restarts, metrics) are warned about.
+type v1ElasticPolicy struct {
+	NProcPerNode *int32 `json:"nProcPerNode,omitempty"`
 }
 
 type v1ReplicaSpec struct {
@@ -84,12 +97,20 @@ type v1Container struct {
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
-// ConvertOptions choose the runtime converted jobs refer to.
+// ConvertOptions choose the runtime, namespace and queue of converted jobs.
 type ConvertOptions struct {
-	// Runtime defaults to DefaultTorchRuntime or DefaultMPIRuntime.
+	// Runtime is the runtime's name; when empty, PickRuntime chooses one.
 	Runtime string
-	// RuntimeKind defaults to ClusterTrainingRuntime.
+	// RuntimeKind is Runtime's kind; default ClusterTrainingRuntime.
 	RuntimeKind string
+	// PickRuntime chooses a runtime with the ML policy a job needs ("torch"
+	// or "mpi") for a job in namespace ("" when the input names none). It
+	// returns the runtime and, for a TrainingRuntime, its namespace.
+	PickRuntime func(policy mlPolicy, namespace string) (trainer.RuntimeRef, string, error)
+	// Namespace, when set, replaces the input's metadata.namespace.
+	Namespace string
+	// Queue, when set, is the kueue.x-k8s.io/queue-name label.
+	Queue string
 }
 
 // conversion collects the warnings of one job's conversion.
@@ -104,18 +125,17 @@ func (c *conversion) warnf(format string, args ...any) {
 	c.warnings = append(c.warnings, fmt.Sprintf("%s/%s: ", c.job.Kind, c.job.Metadata.Name)+fmt.Sprintf(format, args...))
 }
 
-// Convert turns one kubeflow.org/v1 PyTorchJob or MPIJob (as JSON) into a
-// TrainJob, with a warning for every field it cannot carry over.
+// Convert turns one PyTorchJob or MPIJob (as JSON) into a TrainJob, with a
+// warning for every field it cannot carry over.
 func Convert(doc []byte, o ConvertOptions) (*trainer.TrainJob, []string, error) {
 	var job v1Job
 	if err := json.Unmarshal(doc, &job); err != nil {
 		return nil, nil, err
 	}
-	if job.APIVersion != trainingOperatorV1 || (job.Kind != kindPyTorchJob && job.Kind != kindMPIJob) {
-		return nil, nil, fmt.Errorf("cannot convert %s %s: want a %s PyTorchJob or MPIJob", job.APIVersion, job.Kind, trainingOperatorV1)
-	}
-	if o.RuntimeKind == "" {
-		o.RuntimeKind = trainer.ClusterTrainingRuntimeKind
+	policy, ok := policyOfJob(job.APIVersion, job.Kind)
+	if !ok {
+		return nil, nil, fmt.Errorf("cannot convert %s %s: want a %s PyTorchJob, or a %s or %s MPIJob",
+			job.APIVersion, job.Kind, trainingOperatorV1, trainingOperatorV1, mpiOperatorV2beta1)
 	}
 	c := &conversion{job: &job, skipped: map[string]bool{}}
 	tj := c.newTrainJob(o)
@@ -124,6 +144,9 @@ func Convert(doc []byte, o ConvertOptions) (*trainer.TrainJob, []string, error) 
 		err = c.pytorch(tj)
 	} else {
 		err = c.mpi(tj)
+	}
+	if err == nil {
+		err = c.runtimeRef(tj, policy, o)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s/%s: %w", job.Kind, job.Metadata.Name, err)
@@ -134,25 +157,51 @@ func Convert(doc []byte, o ConvertOptions) (*trainer.TrainJob, []string, error) 
 	return tj, c.warnings, nil
 }
 
+// policyOfJob is the ML policy a runtime needs to run a job of this kind.
+func policyOfJob(apiVersion, kind string) (mlPolicy, bool) {
+	switch {
+	case apiVersion == trainingOperatorV1 && kind == kindPyTorchJob:
+		return policyTorch, true
+	case (apiVersion == trainingOperatorV1 || apiVersion == mpiOperatorV2beta1) && kind == kindMPIJob:
+		return policyMPI, true
+	}
+	return "", false
+}
+
+// runtimeRef sets the runtime: the one the options name, else the one
+// PickRuntime chooses; a TrainingRuntime picked in the default namespace
+// puts the job there too, as the reference resolves only there.
+func (c *conversion) runtimeRef(tj *trainer.TrainJob, policy mlPolicy, o ConvertOptions) error {
+	if o.Runtime != "" {
+		tj.Spec.RuntimeRef = trainer.RuntimeRef{
+			Name: o.Runtime, APIGroup: ptr.To(trainer.GroupVersion.Group),
+			Kind: ptr.To(cmp.Or(o.RuntimeKind, trainer.ClusterTrainingRuntimeKind)),
+		}
+		return nil
+	}
+	if o.PickRuntime == nil {
+		return fmt.Errorf("no runtime: pass --runtime")
+	}
+	ref, ns, err := o.PickRuntime(policy, tj.Namespace)
+	if err != nil {
+		return err
+	}
+	tj.Spec.RuntimeRef = ref
+	if tj.Namespace == "" && ptr.Deref(ref.Kind, "") == trainer.TrainingRuntimeKind {
+		tj.Namespace = ns
+	}
+	return nil
+}
+
 // newTrainJob carries the metadata and run policy over.
 func (c *conversion) newTrainJob(o ConvertOptions) *trainer.TrainJob {
 	j := c.job
-	rt := o.Runtime
-	if rt == "" {
-		rt = DefaultTorchRuntime
-		if j.Kind == kindMPIJob {
-			rt = DefaultMPIRuntime
-		}
-	}
 	tj := &trainer.TrainJob{
 		TypeMeta: metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: j.Metadata.Name, GenerateName: j.Metadata.GenerateName, Namespace: j.Metadata.Namespace,
+			Name: j.Metadata.Name, GenerateName: j.Metadata.GenerateName, Namespace: cmp.Or(o.Namespace, j.Metadata.Namespace),
 			Labels: maps.Clone(j.Metadata.Labels), Annotations: maps.Clone(j.Metadata.Annotations),
 		},
-		Spec: trainer.TrainJobSpec{RuntimeRef: trainer.RuntimeRef{
-			Name: rt, APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(o.RuntimeKind),
-		}},
 	}
 	if _, ok := tj.Annotations[lastApplied]; ok {
 		delete(tj.Annotations, lastApplied)
@@ -160,109 +209,20 @@ func (c *conversion) newTrainJob(o ConvertOptions) *trainer.TrainJob {
 			tj.Annotations = nil
 		}
 	}
+	if o.Queue != "" {
+		if tj.Labels == nil {
+			tj.Labels = map[string]string{}
+		}
+		tj.Labels[QueueLabel] = o.Queue
+	}
 	if tj.Labels[QueueLabel] == "" {
-		c.warnf("no %s label: Kueue will not queue the TrainJob, so trainyard will not dispatch it", QueueLabel)
+		c.warnf("no %s label (pass --queue): Kueue will not queue the TrainJob, so trainyard will not dispatch it", QueueLabel)
 	}
 	if rp := j.Spec.RunPolicy; rp != nil {
 		tj.Spec.ActiveDeadlineSeconds = ptr.Deref(rp.ActiveDeadlineSeconds, 0)
 		tj.Spec.Suspend = rp.Suspend
 	}
 	return tj
-}
-
-// pytorch maps Master and Worker onto numNodes nodes running the Worker's
-// (or else the Master's) training container.
-func (c *conversion) pytorch(tj *trainer.TrainJob) error {
-	specs := c.job.Spec.PyTorchReplicaSpecs
-	base := "spec.pytorchReplicaSpecs"
-	c.unknownReplicas(base, specs, replicaMaster, replicaWorker)
-	master, worker := specs[replicaMaster], specs[replicaWorker]
-	primary, primaryType := worker, replicaWorker
-	if worker == nil {
-		primary, primaryType = master, replicaMaster
-	}
-	if primary == nil {
-		return fmt.Errorf("%s has neither %s nor %s", base, replicaMaster, replicaWorker)
-	}
-	main, err := c.mainContainer(base, primaryType, primary, "pytorch")
-	if err != nil {
-		return err
-	}
-	t := trainerOf(main)
-	t.NumNodes = ptr.To(replicas(master) + replicas(worker))
-	c.restartPolicy(base, replicaMaster, master)
-	c.restartPolicy(base, replicaWorker, worker)
-	if master != nil && worker != nil {
-		m, err := c.mainContainer(base, replicaMaster, master, "pytorch")
-		if err != nil {
-			return err
-		}
-		c.compareContainers(replicaMaster, m, main)
-	}
-	t.NumProcPerNode = c.nprocPerNode()
-	tj.Spec.Trainer = t
-	return nil
-}
-
-// nprocPerNode is spec.nprocPerNode as a number ("4" or 4); "auto", "gpu"
-// and "cpu" have no numProcPerNode and are warned about.
-func (c *conversion) nprocPerNode() *int32 {
-	n := c.job.Spec.NprocPerNode
-	if n == nil {
-		return nil
-	}
-	if n.Type == intstr.Int {
-		return ptr.To(n.IntVal)
-	}
-	if v, err := strconv.ParseInt(n.StrVal, 10, 32); err == nil {
-		return ptr.To(int32(v))
-	}
-	c.warnf("spec.nprocPerNode %q is not carried over: numProcPerNode takes a number, and the runtime's default applies", n.StrVal)
-	return nil
-}
-
-// mpi maps the Worker replicas onto numNodes nodes with the Worker's
-// resources, and the Launcher's container to the trainer's command.
-func (c *conversion) mpi(tj *trainer.TrainJob) error {
-	specs := c.job.Spec.MPIReplicaSpecs
-	base := "spec.mpiReplicaSpecs"
-	c.unknownReplicas(base, specs, replicaLauncher, replicaWorker)
-	launcher, worker := specs[replicaLauncher], specs[replicaWorker]
-	if worker == nil {
-		return fmt.Errorf("%s has no %s", base, replicaWorker)
-	}
-	name := ptr.Deref(c.job.Spec.MainContainer, "mpi")
-	w, err := c.mainContainer(base, replicaWorker, worker, name)
-	if err != nil {
-		return err
-	}
-	t := trainerOf(w)
-	t.NumNodes = ptr.To(replicas(worker))
-	t.NumProcPerNode = c.job.Spec.SlotsPerWorker
-	c.restartPolicy(base, replicaLauncher, launcher)
-	c.restartPolicy(base, replicaWorker, worker)
-	if launcher != nil {
-		l, err := c.mainContainer(base, replicaLauncher, launcher, name)
-		if err != nil {
-			return err
-		}
-		if len(w.Command) > 0 || len(w.Args) > 0 {
-			c.warnf("the %s command and args are not carried over: the runtime starts the workers, and the trainer runs the %s's command", replicaWorker, replicaLauncher)
-		}
-		t.Command, t.Args = l.Command, l.Args
-		if l.Image != nil && ptr.Deref(l.Image, "") != ptr.Deref(w.Image, "") {
-			c.warnf("the %s image %q is not carried over: every node runs the %s image %q", replicaLauncher, *l.Image, replicaWorker, ptr.Deref(w.Image, ""))
-		}
-		if l.Resources != nil {
-			c.warnf("the %s resources are not carried over: resourcesPerNode comes from the %s", replicaLauncher, replicaWorker)
-		}
-		t.Env = c.mergeEnv(w.Env, l.Env)
-		if r := ptr.Deref(launcher.Replicas, 1); r != 1 {
-			c.warnf("%s.%s.replicas %d is not carried over: the runtime runs one launcher", base, replicaLauncher, r)
-		}
-	}
-	tj.Spec.Trainer = t
-	return nil
 }
 
 // trainerOf carries a container's image, command, args, env and resources.
@@ -272,13 +232,13 @@ func trainerOf(ctr *v1Container) *trainer.Trainer {
 	}
 }
 
-// replicas is a replica spec's count, 1 when unset as Training Operator
-// defaults it, 0 when the replica type is absent.
-func replicas(rs *v1ReplicaSpec) int32 {
+// replicas is a replica spec's count, def when unset (the operators default
+// it), 0 when the replica type is absent.
+func replicas(rs *v1ReplicaSpec, def int32) int32 {
 	if rs == nil {
 		return 0
 	}
-	return ptr.Deref(rs.Replicas, 1)
+	return ptr.Deref(rs.Replicas, def)
 }
 
 // unknownReplicas warns about replica types the kind does not have.
