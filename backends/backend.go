@@ -6,8 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,38 +77,70 @@ var (
 )
 
 // Labels and annotations remote work carries, so the agent can find the
-// Dispatch that made it.
+// Dispatch that made it. Dispatch names are DNS labels (the hub makes them
+// so), and so are Dispatch namespaces, so both are label values as they
+// are; a Target name may be longer and is carried as v1alpha1.LabelValue.
 const (
 	LabelDispatchNamespace = "trainyard.dev/dispatch-namespace"
 	LabelDispatchName      = "trainyard.dev/dispatch-name"
 	LabelWorkloadUID       = v1alpha1.LabelWorkloadUID
+	LabelTrainJobUID       = v1alpha1.LabelTrainJobUID
 	LabelAttempt           = v1alpha1.LabelAttempt
 	LabelTarget            = v1alpha1.LabelTarget
 	LabelManagedBy         = "app.kubernetes.io/managed-by"
 	ManagedByValue         = "trainyard"
 )
 
+// Bounds of remote names. JobSet names a pod
+// <jobset>-<replicatedJob>-<jobIndex>-<podIndex>-<5 random characters>, and
+// its webhook refuses a JobSet whose longest pod name would pass 63
+// characters. Trainer caps replicated-job names at MaxReplicatedJobName
+// (v2.4; the longest it ships, dataset-initializer, has 19). With one-digit
+// job indexes and pod indexes of up to four digits (10,000 pods per job),
+// 63 - 20 - 1 - 4 - 6 - 3 dashes leaves MaxRemoteName. A LeaderWorkerSet
+// name must be a DNS-1035 label and its StatefulSets and pods append
+// "-<group>[-<worker>]", which fits as well.
+const (
+	MaxReplicatedJobName = 20
+	MaxRemoteName        = 29
+	remoteIDLen          = 10
+)
+
 // RemoteName is the name remote work of d gets: derived from the Workload
 // UID and attempt only, so a retried create finds the same name and never
 // makes a second job. The TrainJob name is kept in front, shortened, for
-// people reading the spoke; the result is a DNS label of at most 40 bytes,
-// which leaves JobSet room to name its Jobs and Pods.
+// people reading the spoke; the result is a DNS-1035 label of at most
+// MaxRemoteName bytes. Once the agent has recorded the name of the work it
+// made in d's status, that name is the answer, so work made under an
+// earlier naming rule is still found after an upgrade.
 func RemoteName(d *v1alpha1.Dispatch) string {
+	if r := d.Status.Remote; r != nil && r.Name != "" {
+		return r.Name
+	}
 	sum := sha256.Sum256([]byte(string(d.Spec.Workload.UID)))
-	id := hex.EncodeToString(sum[:])[:10]
-	attempt := strconv.Itoa(int(d.Spec.Attempt))
-	prefix := d.Spec.TrainJob.Name
-	max := 40 - len(id) - len(attempt) - 3
-	if len(prefix) > max {
-		prefix = prefix[:max]
+	suffix := "-" + hex.EncodeToString(sum[:])[:remoteIDLen] + "-a" + strconv.Itoa(int(d.Spec.Attempt))
+	return dns1035Prefix(d.Spec.TrainJob.Name, MaxRemoteName-len(suffix)) + suffix
+}
+
+// dns1035Prefix is the start of name, at most max bytes, made into the
+// beginning of a DNS-1035 label: lower case letters, digits and inner
+// dashes, starting with a letter ("job" when nothing of name is left).
+func dns1035Prefix(name string, max int) string {
+	b := make([]byte, 0, max)
+	for _, c := range []byte(strings.ToLower(name)) {
+		switch {
+		case len(b) == max:
+		case c >= 'a' && c <= 'z', len(b) > 0 && (c >= '0' && c <= '9' || c == '-'):
+			b = append(b, c)
+		case len(b) > 0 && c == '.':
+			b = append(b, '-')
+		}
 	}
-	for len(prefix) > 0 && (prefix[len(prefix)-1] == '-' || prefix[len(prefix)-1] == '.') {
-		prefix = prefix[:len(prefix)-1]
+	out := strings.TrimRight(string(b), "-")
+	if out == "" {
+		return "job"
 	}
-	if prefix == "" {
-		prefix = "job"
-	}
-	return fmt.Sprintf("%s-%s-a%s", prefix, id, attempt)
+	return out
 }
 
 // RemoteLabels are the labels every piece of remote work of d carries.
@@ -117,8 +149,9 @@ func RemoteLabels(d *v1alpha1.Dispatch) map[string]string {
 		LabelDispatchNamespace: d.Namespace,
 		LabelDispatchName:      d.Name,
 		LabelWorkloadUID:       string(d.Spec.Workload.UID),
+		LabelTrainJobUID:       string(d.Spec.TrainJob.UID),
 		LabelAttempt:           strconv.Itoa(int(d.Spec.Attempt)),
-		LabelTarget:            d.Spec.TargetName,
+		LabelTarget:            v1alpha1.LabelValue(d.Spec.TargetName),
 		LabelManagedBy:         ManagedByValue,
 	}
 }

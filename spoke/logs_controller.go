@@ -76,7 +76,7 @@ func (r *LogsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	logs, readErr := r.read(ctx, &d, lr)
-	answer.Labels = map[string]string{v1alpha1.LabelTarget: d.Spec.TargetName}
+	answer.Labels = map[string]string{v1alpha1.LabelTarget: v1alpha1.LabelValue(d.Spec.TargetName)}
 	answer.Annotations = map[string]string{v1alpha1.AnnotationLogsRequestID: lr.ID}
 	if readErr != nil {
 		// Every failure is answered, a passing one too (the backend is

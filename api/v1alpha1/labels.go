@@ -1,14 +1,26 @@
 package v1alpha1
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
 // Labels and annotations trainyard puts on Dispatches, on hub Workloads and
 // on remote work.
 const (
 	// LabelWorkloadUID, LabelWorkloadNamespace and LabelWorkloadName tie a
-	// Dispatch (and its remote work) to its Workload.
+	// Dispatch (and its remote work) to its Workload. Name and namespace
+	// are stored as LabelValue: select by LabelValue(name) and compare the
+	// full name (Dispatch.Spec.Workload) after listing.
 	LabelWorkloadUID       = "trainyard.dev/workload-uid"
 	LabelWorkloadNamespace = "trainyard.dev/workload-namespace"
 	LabelWorkloadName      = "trainyard.dev/workload-name"
-	// LabelTarget names the Target a Dispatch runs on.
+	// LabelTrainJobUID on remote work is the UID of the hub TrainJob it runs.
+	LabelTrainJobUID = "trainyard.dev/trainjob-uid"
+	// LabelTarget names the Target a Dispatch runs on, as LabelValue.
 	LabelTarget = "trainyard.dev/target"
 	// LabelAttempt is the Dispatch's attempt, its fencing epoch.
 	LabelAttempt = "trainyard.dev/attempt"
@@ -28,3 +40,35 @@ const (
 	// GPUResource is the resource name GPUs are counted by.
 	GPUResource = "nvidia.com/gpu"
 )
+
+// labelHashLen is how many hex digits of SHA-256 a shortened label value
+// ends with.
+const labelHashLen = 10
+
+// LabelValue is s as a label value: s itself when it is one (at most 63
+// valid characters), else its first characters followed by a hash of all
+// of s, at most 63 characters in all. Several values may share one
+// shortened form, so whoever selects by it compares the full value, kept
+// in the object's spec or annotations, after listing.
+func LabelValue(s string) string {
+	if len(validation.IsValidLabelValue(s)) == 0 {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	hash := hex.EncodeToString(sum[:])[:labelHashLen]
+	keep := func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9') {
+			return r
+		}
+		return '-'
+	}
+	prefix := strings.Map(keep, s)
+	if max := validation.LabelValueMaxLength - labelHashLen - 1; len(prefix) > max {
+		prefix = prefix[:max]
+	}
+	prefix = strings.Trim(prefix, "-_.")
+	if prefix == "" {
+		return hash
+	}
+	return prefix + "-" + hash
+}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -133,7 +134,7 @@ func (r *Reconciler) placeAndCreate(ctx context.Context, s *state, tj *trainer.T
 		return decision, nil, err
 	}
 	if err := r.client.Create(ctx, d); err != nil && !apierrors.IsAlreadyExists(err) {
-		return decision, nil, err
+		return decision, nil, r.releaseAttempt(ctx, s.wl, attempt, err)
 	}
 	r.ledger.add(d.Namespace+"/"+d.Name, decision.Target, req.GPUs(), decision.Reservations(), r.clock.Now())
 	return decision, d, nil
@@ -355,9 +356,9 @@ func (r *Reconciler) newDispatch(ctx context.Context, wl *kueue.Workload, tj *tr
 			Namespace: t.Spec.Agent.Namespace,
 			Labels: map[string]string{
 				v1alpha1.LabelWorkloadUID:       string(wl.UID),
-				v1alpha1.LabelWorkloadNamespace: wl.Namespace,
-				v1alpha1.LabelWorkloadName:      wl.Name,
-				v1alpha1.LabelTarget:            targetName,
+				v1alpha1.LabelWorkloadNamespace: v1alpha1.LabelValue(wl.Namespace),
+				v1alpha1.LabelWorkloadName:      v1alpha1.LabelValue(wl.Name),
+				v1alpha1.LabelTarget:            v1alpha1.LabelValue(targetName),
 				v1alpha1.LabelAttempt:           strconv.Itoa(int(attempt)),
 			},
 			Annotations: map[string]string{v1alpha1.AnnotationGPUs: strconv.FormatInt(req.GPUs(), 10)},
@@ -400,13 +401,20 @@ func (r *Reconciler) newDispatch(ctx context.Context, wl *kueue.Workload, tj *tr
 }
 
 // dispatchName is unique across the hub for one Workload attempt: Workloads
-// of different namespaces share an agent namespace.
+// of different namespaces share an agent namespace. It is a DNS label of at
+// most 63 characters, so that remote work can carry it as a label value
+// (backends.RemoteLabels) and the agent can map that work back to it; the
+// Workload name in front is shortened to fit.
 func dispatchName(wl *kueue.Workload, attempt int32) string {
 	sum := sha256.Sum256([]byte(wl.UID))
-	id := hex.EncodeToString(sum[:])[:8]
-	prefix := wl.Name
-	if len(prefix) > 200 {
-		prefix = prefix[:200]
+	suffix := fmt.Sprintf("-%s-a%d", hex.EncodeToString(sum[:])[:8], attempt)
+	prefix := strings.ReplaceAll(wl.Name, ".", "-")
+	if max := validation.DNS1123LabelMaxLength - len(suffix); len(prefix) > max {
+		prefix = prefix[:max]
 	}
-	return fmt.Sprintf("%s-%s-a%d", prefix, id, attempt)
+	prefix = strings.TrimRight(prefix, "-")
+	if prefix == "" {
+		prefix = "workload"
+	}
+	return prefix + suffix
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -210,30 +211,34 @@ func (r *Reconciler) owningTrainJob(ctx context.Context, wl *kueue.Workload) (*t
 // Dispatch and Target changes wake the Workloads they concern.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-dispatch").
-		For(&kueue.Workload{}).
+		For(&kueue.Workload{}, builder.WithPredicates(ignoreOwnAttemptWrites())).
 		Watches(&v1alpha1.Dispatch{}, handler.EnqueueRequestsFromMapFunc(workloadOfDispatch)).
 		Watches(&v1alpha1.Target{}, handler.EnqueueRequestsFromMapFunc(r.workloadsOnTarget)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.Concurrency}).
 		Complete(r)
 }
 
+// workloadOfDispatch reads the Workload from the Dispatch's spec: its
+// labels hold the name only as a label value, shortened when it is long.
 func workloadOfDispatch(_ context.Context, o client.Object) []reconcile.Request {
-	l := o.GetLabels()
-	if l[v1alpha1.LabelWorkloadName] == "" {
+	d, ok := o.(*v1alpha1.Dispatch)
+	if !ok || d.Spec.Workload.Name == "" {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{
-		Namespace: l[v1alpha1.LabelWorkloadNamespace], Name: l[v1alpha1.LabelWorkloadName]}}}
+		Namespace: d.Spec.Workload.Namespace, Name: d.Spec.Workload.Name}}}
 }
 
 func (r *Reconciler) workloadsOnTarget(ctx context.Context, o client.Object) []reconcile.Request {
 	var list v1alpha1.DispatchList
-	if err := r.client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelTarget: o.GetName()}); err != nil {
+	if err := r.client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelTarget: v1alpha1.LabelValue(o.GetName())}); err != nil {
 		return nil
 	}
 	var reqs []reconcile.Request
 	for i := range list.Items {
-		reqs = append(reqs, workloadOfDispatch(ctx, &list.Items[i])...)
+		if list.Items[i].Spec.TargetName == o.GetName() {
+			reqs = append(reqs, workloadOfDispatch(ctx, &list.Items[i])...)
+		}
 	}
 	return reqs
 }

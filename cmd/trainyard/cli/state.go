@@ -203,10 +203,14 @@ func listWorkloadsAndDispatches(ctx context.Context, c client.Reader, ns string)
 	}
 	labels := client.MatchingLabels{}
 	if ns != "" {
-		labels[v1alpha1.LabelWorkloadNamespace] = ns
+		labels[v1alpha1.LabelWorkloadNamespace] = v1alpha1.LabelValue(ns)
 	}
 	if err := l.listDispatches(ctx, c, labels); err != nil {
 		return nil, err
+	}
+	if ns != "" {
+		// The label selects by label value; the spec has the full namespace.
+		l.dispatches = slices.DeleteFunc(l.dispatches, func(d v1alpha1.Dispatch) bool { return d.Spec.Workload.Namespace != ns })
 	}
 	return l, nil
 }
