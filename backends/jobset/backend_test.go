@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -134,7 +135,8 @@ func TestSubmitRejectsBadInputWithoutCreating(t *testing.T) {
 }
 
 // TestSubmitCreatesMissingNamespace: the API server refuses objects in a
-// namespace that does not exist; Submit creates it and retries.
+// namespace that does not exist; Submit creates it and retries, and the
+// companions are owned by the JobSet it created then (its UID).
 func TestSubmitCreatesMissingNamespace(t *testing.T) {
 	base := newFakeClient()
 	nsExists := false
@@ -145,11 +147,21 @@ func TestSubmitCreatesMissingNamespace(t *testing.T) {
 			} else if !nsExists {
 				return apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, obj.GetNamespace())
 			}
+			// As the API server does, and the fake client does not.
+			obj.SetUID(types.UID("uid-of-" + obj.GetName()))
 			return c.Create(ctx, obj, opts...)
 		},
 	})
-	if _, err := New(c, Options{Namespace: testNS}).Submit(context.Background(), testDispatch("d1")); err != nil {
+	d := fluxDispatch(t)
+	if _, err := New(c, Options{Namespace: testNS}).Submit(context.Background(), d); err != nil {
 		t.Fatalf("Submit: %v", err)
+	}
+	var curve corev1.Secret
+	if err := base.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: backends.RemoteName(d) + "-flux-curve"}, &curve); err != nil {
+		t.Fatalf("curve Secret: %v", err)
+	}
+	if owners := curve.OwnerReferences; len(owners) != 1 || owners[0].UID != types.UID("uid-of-"+backends.RemoteName(d)) {
+		t.Errorf("curve Secret owners = %v, want the created JobSet with its UID", owners)
 	}
 	var ns corev1.Namespace
 	if err := base.Get(context.Background(), client.ObjectKey{Name: testNS}, &ns); err != nil {

@@ -60,7 +60,8 @@ func CreateCompanions(ctx context.Context, c client.Client, reader client.Reader
 }
 
 // CreateRemote creates obj (a kind of remote work), creating its namespace
-// first if the API server says it is missing. Reacting to the error costs
+// first if the API server says it is missing; on success obj is the
+// created object, UID included. Reacting to the error costs
 // no read on the common path and needs no namespace watch in a cache-backed
 // client. An object the spoke's validation refuses is rejected for good:
 // the same Dispatch always renders the same object. AlreadyExists is
@@ -72,11 +73,9 @@ func CreateRemote(ctx context.Context, c client.Client, obj client.Object, kind 
 		if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create namespace %s: %w", obj.GetNamespace(), err)
 		}
-		retry, ok := obj.DeepCopyObject().(client.Object)
-		if !ok {
-			return fmt.Errorf("cannot copy %T", obj)
-		}
-		err = c.Create(ctx, retry)
+		// The same obj, not a copy: a refused create leaves it as it was,
+		// and the caller needs the created object's UID to own companions.
+		err = c.Create(ctx, obj)
 	}
 	if apierrors.IsInvalid(err) {
 		return fmt.Errorf("%w: %s %s/%s: %w", backends.ErrRejected, kind, obj.GetNamespace(), obj.GetName(), err)

@@ -7,7 +7,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -53,25 +52,13 @@ func TestMPIJobRunsWithKeysAndHostfile(t *testing.T) {
 	var hostfile corev1.ConfigMap
 	g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: jobsNS, Name: name + "-mpi-hostfile"}, &hostfile)).To(Succeed())
 	g.Expect(hostfile.Data["hostfile"]).To(Equal(name + "-node-0-0." + name + " slots=2\n" + name + "-node-0-1." + name + " slots=2\n"))
-	for _, o := range []client.Object{&keys, &hostfile} {
-		g.Expect(o.GetOwnerReferences()).To(HaveLen(1))
-		g.Expect(o.GetOwnerReferences()[0].Kind).To(Equal("JobSet"))
-		g.Expect(o.GetOwnerReferences()[0].Name).To(Equal(name))
-	}
+	expectOwnedByJobSet(g, name, &keys, &hostfile)
 
 	g.Eventually(func(g Gomega) {
 		pods := podsOf(g, name)
 		g.Expect(pods).To(HaveLen(3), "a launcher and two nodes")
 		for _, p := range pods {
-			volumes := map[string]string{}
-			for _, v := range p.Spec.Volumes {
-				switch {
-				case v.Secret != nil:
-					volumes[v.Name] = v.Secret.SecretName
-				case v.ConfigMap != nil:
-					volumes[v.Name] = v.ConfigMap.Name
-				}
-			}
+			volumes := podVolumes(p)
 			g.Expect(volumes).To(HaveKeyWithValue("mpi-ssh-auth", keys.Name))
 			if strings.Contains(p.Name, "-launcher-") {
 				g.Expect(volumes).To(HaveKeyWithValue("mpi-hostfile", hostfile.Name))
@@ -80,26 +67,14 @@ func TestMPIJobRunsWithKeysAndHostfile(t *testing.T) {
 		}
 	}, util.Timeout, util.Interval).Should(Succeed())
 
-	g.Eventually(func(g Gomega) {
-		st := observe(g, b, d)
-		g.Expect(st.Phase).To(Equal(v1alpha1.DispatchSucceeded), "reason %s: %s", st.Reason, st.Message)
-	}, util.Timeout, util.Interval).Should(Succeed())
-
 	// A Submit after a lost answer adopts everything and keeps the keys.
-	again, err := b.Submit(ctx, d)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(again).To(Equal(ref))
+	expectSucceedsAndAdopts(g, b, d, ref)
 	var kept corev1.Secret
 	g.Expect(spoke.Client.Get(ctx, client.ObjectKeyFromObject(&keys), &kept)).To(Succeed())
 	g.Expect(kept.Data).To(Equal(keys.Data))
 
 	util.CancelUntilGone(g, b, d)
 	// The garbage collector removes what the JobSet owned.
-	g.Eventually(func(g Gomega) {
-		for name, o := range map[string]client.Object{keys.Name: &corev1.Secret{}, hostfile.Name: &corev1.ConfigMap{}} {
-			err := spoke.Client.Get(ctx, client.ObjectKey{Namespace: jobsNS, Name: name}, o)
-			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s outlived its JobSet: %v", name, err)
-		}
-	}, util.Timeout, util.Interval).Should(Succeed())
+	expectGone(g, &keys, &hostfile)
 	g.Expect(jobSetsOf(g, d)).To(BeEmpty())
 }
