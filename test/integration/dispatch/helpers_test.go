@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
@@ -61,21 +60,22 @@ type remoteJobSet struct {
 	js    jobset.JobSet
 }
 
-// remoteJobSetsOf lists, on every spoke, the JobSets made for a TrainJob.
-// Remote names start with the TrainJob's name (backends.RemoteName), and
-// every test uses TrainJob names of its own.
+// remoteJobSetsOf lists, on every spoke, the JobSets made for a TrainJob:
+// remote work is labelled with the hub TrainJob's UID.
 func remoteJobSetsOf(t *testing.T, tj *trainer.TrainJob) []remoteJobSet {
 	t.Helper()
+	if tj.UID == "" {
+		t.Fatalf("TrainJob %s has no UID: create it first", tj.Name)
+	}
 	var out []remoteJobSet
 	for _, s := range env.fleet.Spokes {
 		var list jobset.JobSetList
-		if err := s.Client.List(context.Background(), &list, client.InNamespace("jobs")); err != nil {
+		if err := s.Client.List(context.Background(), &list, client.InNamespace("jobs"),
+			client.MatchingLabels{v1alpha1.LabelTrainJobUID: string(tj.UID)}); err != nil {
 			t.Fatalf("list JobSets on %s: %v", s.Name, err)
 		}
 		for _, js := range list.Items {
-			if strings.HasPrefix(js.Name, tj.Name+"-") {
-				out = append(out, remoteJobSet{spoke: s.Name, js: js})
-			}
+			out = append(out, remoteJobSet{spoke: s.Name, js: js})
 		}
 	}
 	return out

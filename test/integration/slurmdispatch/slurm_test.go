@@ -75,14 +75,16 @@ func submit(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	return tj
 }
 
-// slurmJobsOf lists the Slurm jobs made for tj: remote names start with the
-// TrainJob's name, and every test uses names of its own.
+// slurmJobsOf lists the Slurm jobs made for tj: their comment names the
+// Dispatch, whose name starts with the Workload's, "trainjob-<name>-"
+// (remote names keep only the first characters of the TrainJob's name).
+// Every test uses names of its own.
 func slurmJobsOf(g Gomega, tj *trainer.TrainJob) []slurm.JobInfo {
 	jobs, err := serviceClient().Jobs(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
 	var out []slurm.JobInfo
 	for _, j := range jobs {
-		if strings.HasPrefix(j.Name, tj.Name+"-") {
+		if strings.Contains(j.Comment, "/trainjob-"+tj.Name+"-") {
 			out = append(out, j)
 		}
 	}
