@@ -2,12 +2,14 @@ package hub
 
 import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -76,6 +78,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		LeaderElectionID:        "trainyard-hub.trainyard.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
 		Controller:              config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
+		// The hub reads one ConfigMap per dispatch attempt (Trainer's runtime
+		// snapshot, hub/snapshot): read it live rather than cache every
+		// ConfigMap of the cluster.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}}}},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir,
 		}),

@@ -130,7 +130,7 @@ func (r *Reconciler) mirrorToTrainJob(ctx context.Context, s *state) error {
 	if equality.Semantic.DeepEqual(orig.Status, tj.Status) {
 		return nil
 	}
-	return r.client.Status().Update(ctx, tj)
+	return r.applyTrainJobStatus(ctx, tj)
 }
 
 // TrainJob condition types trainyard adds beside Trainer's Complete/Failed.
@@ -234,7 +234,7 @@ func (r *Reconciler) clearActive(ctx context.Context, s *state) error {
 	if !changed {
 		return nil
 	}
-	return r.client.Status().Update(ctx, tj)
+	return r.applyTrainJobStatus(ctx, tj)
 }
 
 func remoteName(ref *v1alpha1.RemoteRef) string {

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Pinning. Kueue v0.17 computes a TrainJob's pod sets from the live runtime
+// Pinning. Kueue v0.19 computes a TrainJob's pod sets from the live runtime
 // every time it reconciles the job, and evicts the job when they change; and
 // a TrainJob's runtimeRef is immutable once created. So trainyard pins the
 // runtime when the TrainJob is created: it copies the referenced runtime

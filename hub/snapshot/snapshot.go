@@ -26,35 +26,75 @@ var ErrRuntimeNotFound = errors.New("runtime not found")
 // ErrUnsupportedRuntime: the runtimeRef names a kind trainyard cannot run.
 var ErrUnsupportedRuntime = errors.New("unsupported runtime kind")
 
-// Take resolves tj's runtime and returns its snapshot.
+// Take resolves tj's runtime and returns its snapshot. Where Trainer has
+// snapshotted the runtime for tj (see trainerSnapshot), the spec comes from
+// Trainer's copy, which must match the runtime tj names or, with that gone,
+// the hash recorded when it was pinned (a job never pinned whose runtime is
+// gone has only Trainer's copy, which Take then uses as it is).
 func Take(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*v1alpha1.RuntimeSnapshot, error) {
 	ref := tj.Spec.RuntimeRef
 	if g := ptr.Deref(ref.APIGroup, trainer.GroupVersion.Group); g != trainer.GroupVersion.Group {
 		return nil, fmt.Errorf("%w: apiGroup %q", ErrUnsupportedRuntime, g)
 	}
-	var spec trainer.TrainingRuntimeSpec
 	kind := v1alpha1.RuntimeKind(ptr.Deref(ref.Kind, trainer.ClusterTrainingRuntimeKind))
+	live, liveErr := readRuntime(ctx, c, tj, kind)
+	if liveErr != nil && !errors.Is(liveErr, ErrRuntimeNotFound) {
+		return nil, liveErr
+	}
+	fromTrainer, err := trainerSnapshot(ctx, c, tj)
+	if err != nil {
+		return nil, err
+	}
+	if fromTrainer == nil {
+		if liveErr != nil {
+			return nil, liveErr
+		}
+		return encodeSnapshot(kind, ref.Name, *live)
+	}
+	snap, err := encodeSnapshot(kind, ref.Name, *fromTrainer)
+	if err != nil {
+		return nil, err
+	}
+	want, against := tj.Annotations[AnnotationHash], "the hash recorded when it was pinned"
+	if live != nil {
+		if _, want, err = Encode(*live); err != nil {
+			return nil, err
+		}
+		against = fmt.Sprintf("%s %q", kind, ref.Name)
+	}
+	if want != "" && want != snap.Hash {
+		return nil, fmt.Errorf("%w: ConfigMap %s%s holds %s, %s has %s",
+			ErrSnapshotMismatch, tj.Name, TrainerSnapshotSuffix, snap.Hash, against, want)
+	}
+	return snap, nil
+}
+
+// readRuntime reads the spec of the runtime tj names.
+func readRuntime(ctx context.Context, c client.Reader, tj *trainer.TrainJob, kind v1alpha1.RuntimeKind) (*trainer.TrainingRuntimeSpec, error) {
+	name := tj.Spec.RuntimeRef.Name
 	switch kind {
 	case v1alpha1.RuntimeKindClusterTrainingRuntime:
 		var rt trainer.ClusterTrainingRuntime
-		if err := c.Get(ctx, client.ObjectKey{Name: ref.Name}, &rt); err != nil {
-			return nil, notFound(err, kind, ref.Name)
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &rt); err != nil {
+			return nil, notFound(err, kind, name)
 		}
-		spec = rt.Spec
+		return &rt.Spec, nil
 	case v1alpha1.RuntimeKindTrainingRuntime:
 		var rt trainer.TrainingRuntime
-		if err := c.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: ref.Name}, &rt); err != nil {
-			return nil, notFound(err, kind, ref.Name)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: name}, &rt); err != nil {
+			return nil, notFound(err, kind, name)
 		}
-		spec = rt.Spec
-	default:
-		return nil, fmt.Errorf("%w: kind %q", ErrUnsupportedRuntime, kind)
+		return &rt.Spec, nil
 	}
+	return nil, fmt.Errorf("%w: kind %q", ErrUnsupportedRuntime, kind)
+}
+
+func encodeSnapshot(kind v1alpha1.RuntimeKind, name string, spec trainer.TrainingRuntimeSpec) (*v1alpha1.RuntimeSnapshot, error) {
 	raw, hash, err := Encode(spec)
 	if err != nil {
 		return nil, err
 	}
-	return &v1alpha1.RuntimeSnapshot{Kind: kind, Name: ref.Name, Hash: hash, Spec: runtime.RawExtension{Raw: raw}}, nil
+	return &v1alpha1.RuntimeSnapshot{Kind: kind, Name: name, Hash: hash, Spec: runtime.RawExtension{Raw: raw}}, nil
 }
 
 func notFound(err error, kind v1alpha1.RuntimeKind, name string) error {

@@ -18,10 +18,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
@@ -31,7 +33,9 @@ const ns = "team-a"
 
 func testScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(trainer.AddToScheme(s))
+	utilruntime.Must(jobset.AddToScheme(s)) // Trainer's runtime code builds JobSets
 	return s
 }
 
