@@ -3,17 +3,14 @@ package backends
 import (
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/yaml"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // name63 is the longest TrainJob name Kubernetes and Trainer accept.
@@ -124,32 +121,12 @@ func TestRemoteLabelsAreLabelValues(t *testing.T) {
 // TestTrainerReplicatedJobNamesFitTheBudget reads every runtime Trainer
 // ships: MaxRemoteName leaves room for their replicated-job names.
 func TestTrainerReplicatedJobNamesFitTheBudget(t *testing.T) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/kubeflow/trainer/v2").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("find Trainer's module: %v", err)
+	shipped, err := tyt.AllShippedRuntimes()
+	if err != nil {
+		t.Fatal(err)
 	}
-	root := filepath.Join(strings.TrimSpace(string(out)), "manifests", "base", "runtimes")
 	var runtimes int
-	err = filepath.WalkDir(root, func(path string, e os.DirEntry, err error) error {
-		if err != nil || e.IsDir() || !strings.HasSuffix(path, ".yaml") || e.Name() == "kustomization.yaml" {
-			return err
-		}
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		var rt struct {
-			Spec struct {
-				Template struct {
-					Spec struct {
-						ReplicatedJobs []struct{ Name string } `json:"replicatedJobs"`
-					} `json:"spec"`
-				} `json:"template"`
-			} `json:"spec"`
-		}
-		if err := yaml.Unmarshal(raw, &rt); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
+	for path, rt := range shipped {
 		runtimes++
 		for _, rj := range rt.Spec.Template.Spec.ReplicatedJobs {
 			if len(rj.Name) > MaxReplicatedJobName {
@@ -160,12 +137,8 @@ func TestTrainerReplicatedJobNamesFitTheBudget(t *testing.T) {
 				t.Errorf("%s: pod name %q: %v", path, pod, errs)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if runtimes < 5 {
-		t.Fatalf("read %d runtimes under %s; want Trainer's shipped set", runtimes, root)
+		t.Fatalf("read %d runtimes under %s; want Trainer's shipped set", runtimes, tyt.ShippedRuntimesDir)
 	}
 }

@@ -37,6 +37,11 @@ const (
 	ReasonRemoteRejected  = "RemoteRejected"
 	ReasonRemoteMissing   = "RemoteMissing"
 
+	// ReasonDispatchRejected is the reason of the Failed condition the hub
+	// sets on a TrainJob trainyard will never run: no target could run it,
+	// or its runtime or Dispatch is invalid. The message says why.
+	ReasonDispatchRejected = "DispatchRejected"
+
 	// Slurm job ends and events, beyond plain failure.
 	ReasonSlurmTimeLimit   = "TimeLimit"
 	ReasonSlurmNodeFail    = "NodeFail"

@@ -187,6 +187,16 @@ type SlurmTarget struct {
 	// +kubebuilder:default=Torchrun
 	DefaultLauncher Launcher `json:"defaultLauncher,omitempty"`
 
+	// launchers are the launchers the cluster's nodes can run: torchrun
+	// needs nothing beyond the job's command, MPI needs srun's PMIx plugin
+	// or the job's mpirun, Flux needs flux-core on every node. A job whose
+	// runtime needs a launcher not listed is not placed here. Empty means
+	// Torchrun and MPI.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=3
+	Launchers []Launcher `json:"launchers,omitempty"`
+
 	// containerRuntime is how this cluster runs container images.
 	// +optional
 	// +kubebuilder:default=None

@@ -361,6 +361,11 @@ func (in *SlurmTarget) DeepCopyInto(out *SlurmTarget) {
 		*out = make([]SlurmAccount, len(*in))
 		copy(*out, *in)
 	}
+	if in.Launchers != nil {
+		in, out := &in.Launchers, &out.Launchers
+		*out = make([]Launcher, len(*in))
+		copy(*out, *in)
+	}
 	if in.Auth != nil {
 		in, out := &in.Auth, &out.Auth
 		*out = new(SlurmAuth)

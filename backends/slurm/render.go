@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -95,14 +96,6 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 	if rt := st.ContainerRuntime; rt != "" && rt != v1alpha1.ContainerRuntimeNone {
 		return nil, rejected(d, fmt.Errorf("container runtime %s is not supported yet", rt))
 	}
-	acct, err := account(st, d.Spec.Workload.Namespace)
-	if err != nil {
-		return nil, rejected(d, err)
-	}
-	partition, err := partitionFor(st, d.Spec.PodSets)
-	if err != nil {
-		return nil, rejected(d, err)
-	}
 	tjSpec := &trainer.TrainJobSpec{}
 	if err := decodeObject(d.Spec.TrainJob.Spec.Raw, tjSpec); err != nil {
 		return nil, rejected(d, fmt.Errorf("decode trainJob spec: %w", err))
@@ -110,6 +103,19 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 	rtSpec := &trainer.TrainingRuntimeSpec{}
 	if err := decodeObject(d.Spec.Runtime.Spec.Raw, rtSpec); err != nil {
 		return nil, rejected(d, fmt.Errorf("decode runtime %q: %w", d.Spec.Runtime.Name, err))
+	}
+	// What the runtime asks for comes first: no partition or account
+	// could make up for it.
+	if err := supportedOnSlurm(rtSpec); err != nil {
+		return nil, rejected(d, fmt.Errorf("runtime %q: %w", d.Spec.Runtime.Name, err))
+	}
+	acct, err := account(st, d.Spec.Workload.Namespace)
+	if err != nil {
+		return nil, rejected(d, err)
+	}
+	partition, err := partitionFor(st, d.Spec.PodSets)
+	if err != nil {
+		return nil, rejected(d, err)
 	}
 	tr := tjSpec.Trainer
 	if tr == nil {
@@ -128,6 +134,9 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 	}
 
 	launcher := launcherFor(rtSpec.MLPolicy, st.DefaultLauncher)
+	if !offers(st, launcher) {
+		return nil, rejected(d, fmt.Errorf("the %s launcher is not offered by this cluster (spec.slurm.launchers)", launcher))
+	}
 	script := Script(launcher)
 	if script == "" {
 		return nil, rejected(d, fmt.Errorf("unknown launcher %q", launcher))
@@ -219,6 +228,22 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 	}, nil
 }
 
+// supportedOnSlurm refuses what a Slurm allocation cannot do the way the
+// runtime asks: steps that must run before the trainer in their own pods
+// (Trainer's dataset and model initializers) and volume claims, which have
+// no counterpart in a batch script.
+func supportedOnSlurm(spec *trainer.TrainingRuntimeSpec) error {
+	for _, rj := range spec.Template.Spec.ReplicatedJobs {
+		if step := rj.Template.Labels[constants.LabelTrainJobAncestor]; step != "" && step != constants.AncestorTrainer {
+			return fmt.Errorf("its %s step (replicated job %s) runs only on Kubernetes spokes", step, rj.Name)
+		}
+	}
+	if n := len(spec.Template.Spec.VolumeClaimPolicies); n > 0 {
+		return fmt.Errorf("its %d volume claim policies run only on Kubernetes spokes", n)
+	}
+	return nil
+}
+
 // assignedNodes are the nodes placement chose for the first pod set, when
 // its assignment goes down to single nodes (the last level is the node).
 func assignedNodes(podSets []v1alpha1.PodSetPlacement) []string {
@@ -294,6 +319,15 @@ func partitionFor(st *v1alpha1.SlurmTarget, podSets []v1alpha1.PodSetPlacement) 
 		partition = p
 	}
 	return partition, nil
+}
+
+// offers reports whether the cluster lists launcher; an empty list means
+// the launchers that need nothing beyond Slurm itself.
+func offers(st *v1alpha1.SlurmTarget, launcher v1alpha1.Launcher) bool {
+	if len(st.Launchers) == 0 {
+		return launcher == v1alpha1.LauncherTorchrun || launcher == v1alpha1.LauncherMPI
+	}
+	return slices.Contains(st.Launchers, launcher)
 }
 
 func launcherFor(ml *trainer.MLPolicy, def v1alpha1.Launcher) v1alpha1.Launcher {

@@ -26,7 +26,8 @@ func target() *tytest.TargetWrapper {
 	return tytest.MakeSlurmTarget("hpc", "a100", "gpu").
 		SlurmPartition("cpu", "batch").
 		SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "svc_a", Account: "proj-a", QOS: "high"}).
-		SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-b", User: "svc_b"})
+		SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-b", User: "svc_b"}).
+		SlurmLaunchers(v1alpha1.LauncherTorchrun, v1alpha1.LauncherMPI, v1alpha1.LauncherFlux)
 }
 
 type caseSpec struct {

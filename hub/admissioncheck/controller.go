@@ -77,3 +77,41 @@ func ChecksOf(ctx context.Context, c client.Client, wl *kueue.Workload) ([]kueue
 	}
 	return names, nil
 }
+
+// FlavorlessInOurQueue reports whether Kueue admitted wl with no flavor (its
+// pods request nothing the ClusterQueue covers) in a ClusterQueue that lists
+// one of trainyard's checks. Kueue applies a check only to the flavors it
+// names, all of the queue's by default, so such a Workload is admitted
+// without any check; on a hub without a Trainer controller only trainyard
+// can run it.
+func FlavorlessInOurQueue(ctx context.Context, c client.Client, wl *kueue.Workload) (bool, error) {
+	adm := wl.Status.Admission
+	if adm == nil || !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) {
+		return false, nil
+	}
+	for _, a := range adm.PodSetAssignments {
+		if len(a.Flavors) > 0 {
+			return false, nil
+		}
+	}
+	var cq kueue.ClusterQueue
+	if err := c.Get(ctx, client.ObjectKey{Name: string(adm.ClusterQueue)}, &cq); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	if cq.Spec.AdmissionChecksStrategy == nil {
+		return false, nil
+	}
+	for _, rule := range cq.Spec.AdmissionChecksStrategy.AdmissionChecks {
+		var ac kueue.AdmissionCheck
+		if err := c.Get(ctx, client.ObjectKey{Name: string(rule.Name)}, &ac); err != nil {
+			if client.IgnoreNotFound(err) == nil {
+				continue
+			}
+			return false, err
+		}
+		if ac.Spec.ControllerName == ControllerName {
+			return true, nil
+		}
+	}
+	return false, nil
+}

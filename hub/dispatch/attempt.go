@@ -36,6 +36,9 @@ const (
 	EventRequeued   = "Requeued"
 )
 
+// checklessRetryAfter paces placement of a flavor-less job that fits nowhere yet.
+const checklessRetryAfter = 15 * time.Second
+
 // startAttempt snapshots the runtime, places the job and writes the next
 // attempt's Dispatch. The attempt number is persisted on the Workload
 // before the Dispatch is created, so a crash in between only skips a number
@@ -47,13 +50,12 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 		return ctrl.Result{}, err
 	}
 	if tj == nil {
-		return ctrl.Result{}, r.setCheck(ctx, s, kueue.CheckStateRejected,
-			"trainyard dispatches TrainJobs only; this Workload has no TrainJob owner")
+		return ctrl.Result{}, r.reject(ctx, s, "", "trainyard dispatches TrainJobs only; this Workload has no TrainJob owner")
 	}
 	rt, err := snapshot.Take(ctx, r.client, tj)
-	if errors.Is(err, snapshot.ErrRuntimeNotFound) || errors.Is(err, snapshot.ErrUnsupportedRuntime) {
-		metrics.Dispatched("", metrics.ResultRejected)
-		return ctrl.Result{}, r.setCheck(ctx, s, kueue.CheckStateRejected, "cannot snapshot the runtime: "+err.Error())
+	if errors.Is(err, snapshot.ErrRuntimeNotFound) || errors.Is(err, snapshot.ErrUnsupportedRuntime) ||
+		errors.Is(err, snapshot.ErrSnapshotMismatch) {
+		return ctrl.Result{}, r.reject(ctx, s, "", "cannot snapshot the runtime: "+err.Error())
 	}
 	if err != nil {
 		return ctrl.Result{}, err
@@ -63,15 +65,29 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
 	req := requestOf(wl)
+	if req.QueueFlavors, err = r.queueFlavors(ctx, wl); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Whether each target could ever run the job does not change while
+	// placement runs: it is asked before taking the lock.
+	ineligible, err := r.ineligibleTargets(ctx, wl, tj, rt, req)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	// Choosing a target and recording the Dispatch happen under one lock,
 	// so concurrent workers never book the same GPUs (see ledger).
 	r.ledger.mu.Lock()
-	decision, d, err := r.placeAndCreate(ctx, s, tj, rt, req)
+	decision, d, err := r.placeAndCreate(ctx, s, tj, rt, req, ineligible)
 	r.ledger.mu.Unlock()
 	if err != nil {
 		var noPlace placementError
 		if errors.As(err, &noPlace) {
 			return r.noPlacement(ctx, s, noPlace.err)
+		}
+		if apierrors.IsInvalid(err) {
+			// The API server will refuse the same Dispatch on every pass:
+			// say so and release the quota rather than loop.
+			return ctrl.Result{}, r.reject(ctx, s, "", "cannot record the Dispatch: "+err.Error())
 		}
 		return ctrl.Result{}, err
 	}
@@ -114,10 +130,11 @@ func (e placementError) Error() string { return e.err.Error() }
 // placeAndCreate chooses a target and writes the Dispatch; the caller holds
 // the ledger lock.
 func (r *Reconciler) placeAndCreate(ctx context.Context, s *state, tj *trainer.TrainJob,
-	rt *v1alpha1.RuntimeSnapshot, req placement.Request) (placement.Decision, *v1alpha1.Dispatch, error) {
-	decision, err := r.place(ctx, req)
+	rt *v1alpha1.RuntimeSnapshot, req placement.Request, ineligible map[string]string) (placement.Decision, *v1alpha1.Dispatch, error) {
+	decision, err := r.place(ctx, req, ineligible)
 	if err != nil {
-		if errors.Is(err, placement.ErrNoTarget) || errors.Is(err, placement.ErrNoCapacity) || errors.Is(err, placement.ErrNeverFits) {
+		if errors.Is(err, placement.ErrNoTarget) || errors.Is(err, placement.ErrNoCapacity) ||
+			errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible) {
 			return decision, nil, placementError{err}
 		}
 		return decision, nil, err
@@ -141,28 +158,29 @@ func (r *Reconciler) placeAndCreate(ctx context.Context, s *state, tj *trainer.T
 }
 
 // noPlacement turns a placement failure into the check state Kueue needs:
-// Rejected when the job can never fit, Retry (requeue with backoff) when the
-// fleet is only full or has no target for the flavor yet.
+// Rejected when the job can never fit or no target could ever run it, Retry
+// (requeue with backoff) when the fleet is only full or has no target for
+// the flavor yet.
 func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl.Result, error) {
-	if errors.Is(err, placement.ErrNeverFits) {
-		metrics.Dispatched("", metrics.ResultRejected)
-		if e := r.setCheck(ctx, s, kueue.CheckStateRejected, err.Error()); e != nil {
-			return ctrl.Result{}, e
-		}
-		r.recorder.Event(s.wl, corev1.EventTypeWarning, EventRejected, err.Error())
-		return ctrl.Result{}, nil
+	if errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible) {
+		return ctrl.Result{}, r.reject(ctx, s, "", err.Error())
 	}
 	metrics.Dispatched("", metrics.ResultNoCapacity)
 	if e := r.setCheck(ctx, s, kueue.CheckStateRetry, err.Error()); e != nil {
 		return ctrl.Result{}, e
 	}
 	r.recorder.Event(s.wl, corev1.EventTypeWarning, EventNoTarget, err.Error())
+	if s.checkless {
+		// No check to ask Kueue for a retry: look again later; a Target
+		// change wakes the Workload sooner.
+		return ctrl.Result{RequeueAfter: checklessRetryAfter}, nil
+	}
 	return ctrl.Result{}, nil
 }
 
 // place lists Targets and what is in flight to them, then asks placement.
 // The caller holds the ledger lock.
-func (r *Reconciler) place(ctx context.Context, req placement.Request) (placement.Decision, error) {
+func (r *Reconciler) place(ctx context.Context, req placement.Request, ineligible map[string]string) (placement.Decision, error) {
 	var targets v1alpha1.TargetList
 	if err := r.client.List(ctx, &targets); err != nil {
 		return placement.Decision{}, err
@@ -198,7 +216,8 @@ func (r *Reconciler) place(ctx context.Context, req placement.Request) (placemen
 	candidates := make([]placement.Candidate, 0, len(targets.Items))
 	for i := range targets.Items {
 		t := &targets.Items[i]
-		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: inFlight[t.Name], InFlight: onNodes[t.Name]})
+		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: inFlight[t.Name], InFlight: onNodes[t.Name],
+			Ineligible: ineligible[t.Name]})
 	}
 	return placement.Choose(req, candidates)
 }
@@ -341,15 +360,21 @@ func hasFinalizer(wl *kueue.Workload) bool {
 // newDispatch builds the Dispatch of one attempt in the target's agent namespace.
 func (r *Reconciler) newDispatch(ctx context.Context, wl *kueue.Workload, tj *trainer.TrainJob,
 	rt *v1alpha1.RuntimeSnapshot, req placement.Request, decision placement.Decision, attempt int32) (*v1alpha1.Dispatch, error) {
-	targetName := decision.Target
 	var t v1alpha1.Target
-	if err := r.client.Get(ctx, client.ObjectKey{Name: targetName}, &t); err != nil {
+	if err := r.client.Get(ctx, client.ObjectKey{Name: decision.Target}, &t); err != nil {
 		return nil, err
 	}
 	tjSnap, err := snapshot.TrainJob(tj)
 	if err != nil {
 		return nil, err
 	}
+	return buildDispatch(&t, wl, tjSnap, rt, req, decision, attempt), nil
+}
+
+// buildDispatch is the Dispatch of one attempt on target t.
+func buildDispatch(t *v1alpha1.Target, wl *kueue.Workload, tjSnap *v1alpha1.TrainJobSnapshot,
+	rt *v1alpha1.RuntimeSnapshot, req placement.Request, decision placement.Decision, attempt int32) *v1alpha1.Dispatch {
+	targetName := t.Name
 	d := &v1alpha1.Dispatch{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      dispatchName(wl, attempt),
@@ -397,7 +422,7 @@ func (r *Reconciler) newDispatch(ctx context.Context, wl *kueue.Workload, tj *tr
 		}
 	}
 	constrained.Apply(d.Spec.PodSets)
-	return d, nil
+	return d
 }
 
 // dispatchName is unique across the hub for one Workload attempt: Workloads

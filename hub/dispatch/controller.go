@@ -24,6 +24,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
+	"github.com/trainyard-dev/trainyard/hub/eligibility"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
 
@@ -32,6 +33,9 @@ const (
 	DefaultConcurrency = 8
 	// DefaultRetryAfter paces re-checks while a Dispatch waits for its agent.
 	DefaultRetryAfter = 5 * time.Second
+	// eligibilityCacheSize bounds the remembered eligibility answers
+	// (one per job and target).
+	eligibilityCacheSize = 16384
 )
 
 // Options tune the controller.
@@ -52,6 +56,8 @@ type Reconciler struct {
 	opts     Options
 	latency  *latencyTracker
 	ledger   *ledger
+	// eligibility remembers which targets could ever run which job.
+	eligibility *eligibility.Cache
 }
 
 // NewReconciler returns a Reconciler with defaults filled in.
@@ -65,7 +71,8 @@ func NewReconciler(c client.Client, live client.Reader, recorder record.EventRec
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), ledger: newLedger()}
+	return &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), ledger: newLedger(),
+		eligibility: eligibility.NewCache(eligibilityCacheSize)}
 }
 
 // state is what one pass learns before it acts.
@@ -73,6 +80,11 @@ type state struct {
 	wl         *kueue.Workload
 	check      kueue.AdmissionCheckReference
 	checkState kueue.CheckState
+	// checkless: Kueue admitted the Workload in a ClusterQueue that lists
+	// trainyard's check, but with no flavor, so no check applies to it
+	// (Kueue binds checks to flavors). Nothing else would run it: trainyard
+	// places it all the same, and reports on the TrainJob.
+	checkless  bool
 	dispatches []v1alpha1.Dispatch
 	live       *v1alpha1.Dispatch // the current attempt, if it exists and is not being deleted
 }
@@ -126,9 +138,6 @@ func (r *Reconciler) load(ctx context.Context, key types.NamespacedName) (*state
 	if err != nil {
 		return nil, err
 	}
-	if len(checks) == 0 && !hasFinalizer(&wl) {
-		return nil, nil
-	}
 	s := &state{wl: &wl}
 	if len(checks) > 0 {
 		s.check = checks[0]
@@ -137,6 +146,11 @@ func (r *Reconciler) load(ctx context.Context, key types.NamespacedName) (*state
 				s.checkState = c.State
 			}
 		}
+	} else if s.checkless, err = admissioncheck.FlavorlessInOurQueue(ctx, r.client, &wl); err != nil {
+		return nil, err
+	}
+	if len(checks) == 0 && !s.checkless && !hasFinalizer(&wl) {
+		return nil, nil
 	}
 	var list v1alpha1.DispatchList
 	if err := r.client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)}); err != nil {
@@ -150,6 +164,14 @@ func (r *Reconciler) load(ctx context.Context, key types.NamespacedName) (*state
 			s.live = d
 		}
 	}
+	if s.checkless {
+		// No check to hold the job back: once a Dispatch exists, its
+		// outcome is the TrainJob's, as with a check that is Ready.
+		s.checkState = kueue.CheckStatePending
+		if s.live != nil {
+			s.checkState = kueue.CheckStateReady
+		}
+	}
 	return s, nil
 }
 
@@ -159,7 +181,7 @@ func (r *Reconciler) load(ctx context.Context, key types.NamespacedName) (*state
 func (r *Reconciler) mustTearDown(s *state) bool {
 	wl := s.wl
 	switch {
-	case !wl.DeletionTimestamp.IsZero(), s.check == "":
+	case !wl.DeletionTimestamp.IsZero(), s.check == "" && !s.checkless:
 		return true
 	case apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished):
 		// Finished work keeps its Dispatch as the record of where it ran.

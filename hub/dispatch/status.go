@@ -17,10 +17,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/kueue/pkg/workload"
 	"sigs.k8s.io/kueue/pkg/workload/patching"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
+)
+
+// Backoff of Retry: the first retry waits retryBackoffBaseSeconds, each
+// next one twice as long, up to retryBackoffMaxSeconds.
+const (
+	retryBackoffBaseSeconds = 5
+	retryBackoffMaxSeconds  = 120
 )
 
 // setCheck writes trainyard's admission check state, only on change, the
@@ -34,10 +42,23 @@ func (r *Reconciler) setCheck(ctx context.Context, s *state, st kueue.CheckState
 			return nil
 		}
 	}
+	if msg == "" {
+		msg = "trainyard: " + string(st)
+	}
+	next := kueue.AdmissionCheckState{Name: s.check, State: st, Message: truncate(msg, 1024)}
+	if st == kueue.CheckStateRetry {
+		// Kueue counts the retries of a check; each waits twice as long
+		// before the job is queued again, so a job that keeps bouncing
+		// does not loop.
+		for _, c := range s.wl.Status.AdmissionChecks {
+			if c.Name == s.check {
+				next.RetryCount = c.RetryCount
+			}
+		}
+		workload.UpdateAdmissionCheckRequeueState(&next, retryBackoffBaseSeconds, retryBackoffMaxSeconds, r.clock)
+	}
 	err := patching.PatchAdmissionStatus(ctx, r.client, s.wl, r.clock, func(wl *kueue.Workload) (bool, error) {
-		return patching.SetAdmissionCheckState(&wl.Status.AdmissionChecks, kueue.AdmissionCheckState{
-			Name: s.check, State: st, Message: truncate(msg, 1024),
-		}, r.clock), nil
+		return patching.SetAdmissionCheckState(&wl.Status.AdmissionChecks, next, r.clock), nil
 	})
 	if err == nil {
 		s.checkState = st
@@ -62,8 +83,8 @@ func (r *Reconciler) syncCheckState(ctx context.Context, s *state) error {
 		}
 		return r.setCheck(ctx, s, kueue.CheckStateReady, msg)
 	case v1alpha1.DispatchRejected:
-		r.recorder.Eventf(s.wl, corev1.EventTypeWarning, EventRejected, "%s refused the job: %s", where, d.Status.Message)
-		return r.setCheck(ctx, s, kueue.CheckStateRejected, fmt.Sprintf("%s refused the job: %s", where, d.Status.Message))
+		// One target's refusal never rejects a job another could run.
+		return r.refused(ctx, s)
 	case v1alpha1.DispatchFailed, v1alpha1.DispatchCancelled:
 		if s.checkState == kueue.CheckStateReady {
 			return nil // admitted work that failed is the TrainJob's failure, mirrored below
@@ -76,6 +97,15 @@ func (r *Reconciler) syncCheckState(ctx context.Context, s *state) error {
 // requeue asks Kueue to evict and requeue the Workload; tear-down of the
 // current attempt follows on the next pass.
 func (r *Reconciler) requeue(ctx context.Context, s *state, why string) error {
+	if s.checkless {
+		// Kueue holds no quota for the job and no check to retry: the
+		// attempt goes, and the next pass places the job again.
+		r.recorder.Event(s.wl, corev1.EventTypeWarning, EventRequeued, why)
+		if s.live == nil {
+			return nil
+		}
+		return client.IgnoreNotFound(r.client.Delete(ctx, s.live))
+	}
 	if err := r.setCheck(ctx, s, kueue.CheckStateRetry, why); err != nil {
 		return err
 	}

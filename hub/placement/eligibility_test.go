@@ -14,6 +14,11 @@ func ineligible(w interface{ Obj() *v1alpha1.Target }, why string) Candidate {
 	return Candidate{Target: w.Obj(), Ineligible: why}
 }
 
+func withQueueFlavors(r Request, f ...string) Request {
+	r.QueueFlavors = f
+	return r
+}
+
 func cpuJob(count int32, milliCPU, memory int64) Request {
 	return Request{PodSets: []PodSet{{Name: "node", Count: count, MilliCPUPerPod: milliCPU, MemoryPerPod: memory}}}
 }
@@ -38,14 +43,23 @@ func TestChooseEligibility(t *testing.T) {
 			wantErr: ErrIneligible,
 			wantMsg: []string{"a: the job has no command and the cluster runs no containers; b: runtime has initializers"},
 		},
-		"ineligible under its flavor, eligible elsewhere: the job waits for another flavor": {
-			req: job(1, 4),
+		"ineligible under its flavor, eligible under another of its queue: the job waits for that flavor": {
+			req: withQueueFlavors(job(1, 4), "h100", "a100"),
 			candidates: []Candidate{
 				ineligible(target("a").FreeGPUs(8), "no command"),
 				cand(tyt.MakeKubernetesTarget("c", "a100").Available().FreeGPUs(8)),
 			},
 			wantErr: ErrNoCapacity,
 			wantMsg: []string{"a: no command", "targets c could, under other flavors"},
+		},
+		"eligible only under a flavor its queue does not have: no target can run it": {
+			req: withQueueFlavors(job(1, 4), "h100"),
+			candidates: []Candidate{
+				ineligible(target("a").FreeGPUs(8), "no command"),
+				cand(tyt.MakeKubernetesTarget("c", "a100").Available().FreeGPUs(8)),
+			},
+			wantErr: ErrIneligible,
+			wantMsg: []string{"a: no command"},
 		},
 		"a full eligible target keeps the job waiting, and the ineligible are listed too": {
 			req:        job(1, 4),

@@ -44,6 +44,10 @@ type Request struct {
 	// that takes flavor-less jobs.
 	Flavors []string
 	PodSets []PodSet
+	// QueueFlavors are all flavors of the Workload's ClusterQueue: when no
+	// target of the admitted flavors can run the job but one of these
+	// flavors' targets can, Kueue may admit it with that flavor next time.
+	QueueFlavors []string
 }
 
 // GPUs is the request's total GPU count.
@@ -121,7 +125,7 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 	for _, c := range candidates {
 		t := c.Target
 		if !serves(t, req.Flavors) {
-			if c.Ineligible == "" && !t.Spec.Paused {
+			if c.Ineligible == "" && len(req.Flavors) > 0 && servesAny(t, req.QueueFlavors) {
 				eligibleElsewhere = append(eligibleElsewhere, t.Name)
 			}
 			continue
@@ -230,6 +234,15 @@ func serves(t *v1alpha1.Target, flavors []string) bool {
 		return t.Spec.FlavorlessJobs != v1alpha1.FlavorlessJobsDeny
 	}
 	return servesFlavors(t, flavors)
+}
+
+func servesAny(t *v1alpha1.Target, flavors []string) bool {
+	for _, f := range flavors {
+		if slices.Contains(t.Spec.Flavors, f) {
+			return true
+		}
+	}
+	return false
 }
 
 func servesFlavors(t *v1alpha1.Target, flavors []string) bool {

@@ -19,6 +19,8 @@ const (
 	ResultRejected   = "rejected"
 	ResultError      = "error"
 	ResultRequeued   = "requeued"
+	// ResultRefused: the target's agent refused a placed job, which is placed again.
+	ResultRefused = "refused"
 )
 
 var (

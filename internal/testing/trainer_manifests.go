@@ -101,3 +101,33 @@ func MustShippedRuntimeSpec(rel string) *trainer.TrainingRuntimeSpec {
 	}
 	return &rt.Spec
 }
+
+// ShippedRuntimesDir is the folder of every ClusterTrainingRuntime
+// Kubeflow installs (manifests/base/runtimes of the pinned module).
+const ShippedRuntimesDir = "manifests/base/runtimes"
+
+// AllShippedRuntimes decodes every runtime under ShippedRuntimesDir,
+// unchanged, keyed by the path of its file inside Trainer's module.
+func AllShippedRuntimes() (map[string]*trainer.ClusterTrainingRuntime, error) {
+	dir, err := trainerDir()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*trainer.ClusterTrainingRuntime{}
+	err = filepath.WalkDir(filepath.Join(dir, ShippedRuntimesDir), func(path string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() || !strings.HasSuffix(path, ".yaml") || e.Name() == "kustomization.yaml" {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		rt, err := ShippedRuntime(rel)
+		if err != nil {
+			return err
+		}
+		out[rel] = rt
+		return nil
+	})
+	return out, err
+}

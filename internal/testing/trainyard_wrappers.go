@@ -245,3 +245,9 @@ func (w *TargetWrapper) CPUAndMemory(total, free corev1.ResourceList) *TargetWra
 	}
 	return w
 }
+
+// SlurmLaunchers sets the launchers the Slurm cluster offers.
+func (w *TargetWrapper) SlurmLaunchers(l ...v1alpha1.Launcher) *TargetWrapper {
+	w.Spec.Slurm.Launchers = l
+	return w
+}

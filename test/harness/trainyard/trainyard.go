@@ -67,6 +67,8 @@ type SlurmTarget struct {
 	APIVersion v1alpha1.SlurmAPIVersion
 	// PollInterval of the agent's job listing (agent default if 0).
 	PollInterval time.Duration
+	// Launchers the cluster offers (empty: Torchrun and MPI).
+	Launchers []v1alpha1.Launcher
 }
 
 // Controllers are the running hub and agents.
@@ -195,6 +197,7 @@ func registerSlurmTarget(ctx context.Context, h *kube.Cluster, st SlurmTarget, o
 	for _, a := range st.Accounts {
 		w.SlurmAccount(a)
 	}
+	w.Spec.Slurm.Launchers = st.Launchers
 	return createTarget(ctx, h, w.Obj())
 }
 

@@ -94,6 +94,9 @@ func run(m *testing.M) (code int) {
 			Name: targetName, Cluster: env.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
 			Partitions: []v1alpha1.SlurmPartition{{Flavor: flavor, Partition: "gpu"}},
 			Accounts:   []v1alpha1.SlurmAccount{{Namespace: tenant, User: slurmUser}},
+			// Flux is not packaged here: TestFluxLauncherCommands puts a
+			// stand-in flux on the nodes.
+			Launchers: []v1alpha1.Launcher{v1alpha1.LauncherTorchrun, v1alpha1.LauncherMPI, v1alpha1.LauncherFlux},
 		}},
 	})
 	if err != nil {
