@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the real binaries the harness runs (kube-apiserver, kube-controller-manager,
-# kube-scheduler, etcd, kwok, the JobSet, LeaderWorkerSet and Kueue managers), controller-gen, and helm and
-# kustomize (for the chart tests), each
+# kube-scheduler, etcd, kwok, the JobSet, LeaderWorkerSet and Kueue managers, the spokes'
+# hostpath-provisioner), controller-gen, and helm and kustomize (for the chart tests), each
 # from its own tools module under hack/tools, with exact versions from the Go module proxy.
 #
-# Every binary is cached under $TRAINYARD_CACHE/bin/<tool>-<hash of its go.mod+go.sum>,
+# Every binary is cached under $TRAINYARD_CACHE/bin/<tool>-<hash of its go.mod+go.sum
+# and of the Go files a tools module has of its own (hostpath-provisioner's main.go)>,
 # so a later run (or CI on the same machine) rebuilds only what changed; bin/k8s in the
 # repository is a folder of symlinks into that cache (KUBEBUILDER_ASSETS points at it).
 #
@@ -27,7 +28,10 @@ done
 start=$(date +%s)
 step() { echo "[build-tools +$(( $(date +%s) - start ))s] $*"; }
 
-modhash() { cat "$ROOT/hack/tools/$1/go.mod" "$ROOT/hack/tools/$1/go.sum" | sha256sum | cut -c1-12; }
+modhash() {
+  local d=$ROOT/hack/tools/$1
+  cat "$d/go.mod" "$d/go.sum" $(find "$d" -maxdepth 1 -name '*.go' | sort) | sha256sum | cut -c1-12
+}
 
 # build MODULE BINARY... : builds the named binaries of one tools module into the cache.
 build() {
@@ -57,6 +61,9 @@ build_etcd() { go build -trimpath -ldflags "-s -w" -o "$1/etcd" go.etcd.io/etcd/
 build_kwok() { go build -trimpath -ldflags "-s -w" -o "$1/kwok" sigs.k8s.io/kwok/cmd/kwok; }
 build_jobset() { go build -trimpath -ldflags "-s -w" -o "$1/jobset" sigs.k8s.io/jobset; }
 build_lws() { go build -trimpath -ldflags "-s -w" -o "$1/lws" sigs.k8s.io/lws/cmd; }
+build_hostpath-provisioner() {
+  go build -trimpath -ldflags "-s -w" -o "$1/hostpath-provisioner" .
+}
 build_kueue() { go build -trimpath -ldflags "-s -w" -o "$1/kueue" sigs.k8s.io/kueue/cmd/kueue; }
 build_controller-gen() {
   go build -trimpath -ldflags "-s -w" -o "$1/controller-gen" sigs.k8s.io/controller-tools/cmd/controller-gen
@@ -77,11 +84,11 @@ build_helm() {
 build_kustomize() { go build -trimpath -ldflags "-s -w" -o "$1/kustomize" sigs.k8s.io/kustomize/kustomize/v5; }
 
 tools=("$@")
-[ ${#tools[@]} -gt 0 ] || tools=(etcd k8s kwok jobset lws kueue controller-gen helm kustomize)
+[ ${#tools[@]} -gt 0 ] || tools=(etcd k8s kwok jobset lws kueue hostpath-provisioner controller-gen helm kustomize)
 for t in "${tools[@]}"; do
   case $t in
     k8s) build k8s kube-apiserver kube-controller-manager kube-scheduler ;;
-    etcd|kwok|jobset|lws|kueue|controller-gen|helm|kustomize) build "$t" "$t" ;;
+    etcd|kwok|jobset|lws|kueue|hostpath-provisioner|controller-gen|helm|kustomize) build "$t" "$t" ;;
     *) echo "unknown tool $t" >&2; exit 2 ;;
   esac
 done

@@ -86,7 +86,7 @@ func devUp(ctx context.Context, o devOptions) error {
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "CLUSTER\tROLE\tACCESS")
-	fmt.Fprintf(w, "%s\thub (Kueue %s)\tKUBECONFIG=%s\n", fleet.Hub.Name, "v0.17.0", fleet.Hub.Kubeconfig)
+	fmt.Fprintf(w, "%s\thub (Kueue %s)\tKUBECONFIG=%s\n", fleet.Hub.Name, "v0.19.0", fleet.Hub.Kubeconfig)
 	for _, s := range fleet.Spokes {
 		fmt.Fprintf(w, "%s\tspoke (%d kwok nodes x %d GPUs)\tKUBECONFIG=%s\n", s.Name, o.nodes, o.gpus, s.Kubeconfig)
 	}

@@ -25,7 +25,9 @@ const (
 	sampleNamespace = "team-a"
 	sampleQueue     = "lq"
 	sampleFlavor    = "gpu"
-	sampleRuntime   = "torch-distributed"
+	// sampleRuntime is not named like any of Kubeflow's runtimes, so
+	// applying those to the sandbox hub leaves the samples' own alone.
+	sampleRuntime = "sandbox-torch"
 )
 
 // startTrainyard sets up a sample quota (a ClusterQueue with trainyard's
@@ -45,7 +47,9 @@ func startTrainyard(ctx context.Context, fleet *kube.Fleet, sl *slurm.Cluster, o
 	}); err != nil {
 		return nil, err
 	}
-	rt := tytesting.MakeClusterTrainingRuntime(sampleRuntime).Toleration(kube.KwokToleration).
+	// No toleration and no node selector: spoke nodes carry no taint, so
+	// runtimes as Kubeflow ships them run there too.
+	rt := tytesting.MakeClusterTrainingRuntime(sampleRuntime).
 		PodAnnotation("kwok.trainyard.dev/run-for", "45s").Obj()
 	if err := fleet.Hub.Client.Create(ctx, rt); err != nil {
 		return nil, err

@@ -62,6 +62,7 @@ func Pin(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.Trai
 	if err := c.Create(ctx, pinned); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("pin runtime %s: %w", source, err)
 	}
+	defaultFluxNodes(tj, &spec)
 	tj.Spec.RuntimeRef = trainer.RuntimeRef{
 		Name: name, APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.TrainingRuntimeKind),
 	}
@@ -114,4 +115,21 @@ func PinnedRuntimePolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1
 		},
 	}
 	return policy, binding
+}
+
+// defaultFluxNodes fills a Flux job's spec.trainer.numNodes from its
+// runtime when the job leaves it unset, as the Trainer docs write Flux jobs.
+// Trainer v2.3's Flux plugin dereferences it, and Kueue runs that plugin in
+// its TrainJob webhook on the hub: without the default such a job is refused
+// with a nil-pointer panic. The value is the one the runtime gives anyway.
+func defaultFluxNodes(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) {
+	if spec.MLPolicy == nil || spec.MLPolicy.Flux == nil {
+		return
+	}
+	if tj.Spec.Trainer == nil {
+		tj.Spec.Trainer = &trainer.Trainer{}
+	}
+	if tj.Spec.Trainer.NumNodes == nil {
+		tj.Spec.Trainer.NumNodes = ptr.To(ptr.Deref(spec.MLPolicy.NumNodes, 1))
+	}
 }

@@ -31,6 +31,10 @@ type Options struct {
 	Kwok bool
 	// JobSet runs the JobSet manager with its webhooks.
 	JobSet bool
+	// Storage runs hostpath-provisioner and makes its StorageClass the
+	// default, so PersistentVolumeClaims bind; it needs ControllerManager,
+	// whose PV controller does the binding.
+	Storage bool
 	// LWS runs the LeaderWorkerSet manager with its webhooks; it needs JobSet
 	// (whose webhook certificates it shares).
 	LWS bool
@@ -72,6 +76,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if opts.LWS && !opts.JobSet {
 		return nil, errors.New("a harness cluster runs LWS beside JobSet, whose webhook certificates it uses")
+	}
+	if opts.Storage && !opts.ControllerManager {
+		return nil, errors.New("a harness cluster with Storage runs kube-controller-manager, whose PV controller binds claims")
 	}
 	if opts.Scheme == nil {
 		opts.Scheme = Scheme()
@@ -149,6 +156,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}{
 		{opts.ControllerManager, c.startControllerManager},
 		{opts.Scheduler, c.startScheduler},
+		{opts.Storage, c.startStorage},
 		{opts.Kwok, c.startKwok},
 		{opts.JobSet, c.startJobSet},
 		{opts.LWS, c.startLWS},

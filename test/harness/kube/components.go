@@ -52,7 +52,10 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 		"--service-account-private-key-file="+filepath.Join(certDir, "sa-signer.key"),
 		"--use-service-account-credentials=false",
 		// No cloud, no pod network: the controllers that need them stay off.
-		"--controllers=*,-nodeipam,-service-lb-controller,-route,-cloud-node-lifecycle,-persistentvolume-binder,-attachdetach",
+		// The PV controller stays on: it binds claims to the volumes
+		// hostpath-provisioner makes (Options.Storage). No kubelet attaches
+		// volumes, so attach-detach is off.
+		"--controllers=*,-nodeipam,-service-lb-controller,-route,-cloud-node-lifecycle,-attachdetach",
 		// kwok nodes never run kubelets; keep pods on them when a lease lapses
 		// during a slow test rather than evicting them.
 		"--node-monitor-grace-period=5m",

@@ -49,7 +49,8 @@ func HubOptions(dir string, kueue bool) Options {
 }
 
 // SpokeOptions is a spoke: a full control plane whose JobSets become pods
-// that kwok runs on simulated GPU nodes.
+// that kwok runs on simulated GPU nodes, with a default StorageClass whose
+// claims hostpath-provisioner binds.
 func SpokeOptions(name, dir string) Options {
 	return Options{
 		Name:              name,
@@ -58,6 +59,7 @@ func SpokeOptions(name, dir string) Options {
 		ControllerManager: true,
 		Scheduler:         true,
 		Kwok:              true,
+		Storage:           true,
 		JobSet:            true,
 	}
 }

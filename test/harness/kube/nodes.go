@@ -12,11 +12,15 @@ import (
 // GPUResource is the extended resource simulated GPUs are published as.
 const GPUResource corev1.ResourceName = "nvidia.com/gpu"
 
-// KwokTaint keeps real workloads off simulated nodes; pods meant for kwok
-// nodes tolerate it.
+// KwokTaint is the taint kwok's own examples put on simulated nodes to keep
+// real workloads off them. Harness nodes carry no taint by default: a spoke
+// whose only nodes are kwok nodes has no real workloads to protect, and
+// upstream runtimes (Kubeflow's ClusterTrainingRuntimes) do not tolerate
+// it. A test that wants it names it in NodeSpec.Taints.
 var KwokTaint = corev1.Taint{Key: "kwok.x-k8s.io/node", Value: "fake", Effect: corev1.TaintEffectNoSchedule}
 
-// KwokToleration tolerates KwokTaint.
+// KwokToleration tolerates KwokTaint; runtimes written for tainted kwok
+// clusters carry it, and it does no harm on harness nodes.
 var KwokToleration = corev1.Toleration{Key: KwokTaint.Key, Operator: corev1.TolerationOpExists, Effect: KwokTaint.Effect}
 
 // NodeSpec describes one simulated GPU node.
@@ -24,9 +28,13 @@ type NodeSpec struct {
 	Name   string
 	GPUs   int64
 	Labels map[string]string
+	// Taints of the node; none by default.
+	Taints []corev1.Taint
 }
 
-// AddKwokNodes creates simulated nodes that kwok makes Ready.
+// AddKwokNodes creates simulated nodes that kwok makes Ready. They carry
+// no taint unless NodeSpec.Taints names some, so pods of any runtime
+// schedule onto them.
 func (c *Cluster) AddKwokNodes(ctx context.Context, nodes ...NodeSpec) error {
 	for _, n := range nodes {
 		labels := map[string]string{"type": "kwok", "kubernetes.io/hostname": n.Name}
@@ -47,7 +55,7 @@ func (c *Cluster) AddKwokNodes(ctx context.Context, nodes ...NodeSpec) error {
 				Labels:      labels,
 				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
 			},
-			Spec:   corev1.NodeSpec{Taints: []corev1.Taint{KwokTaint}},
+			Spec:   corev1.NodeSpec{Taints: n.Taints},
 			Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
 		}
 		if err := c.Client.Create(ctx, node); err != nil {

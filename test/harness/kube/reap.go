@@ -24,7 +24,7 @@ func reapOrphans() {
 			return
 		}
 		ours := map[string]bool{}
-		for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok", "jobset", "kueue"} {
+		for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok", "jobset", "lws", "kueue", "hostpath-provisioner"} {
 			if p, err := filepath.EvalSymlinks(filepath.Join(dir, name)); err == nil {
 				ours[p] = true
 			}

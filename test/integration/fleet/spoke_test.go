@@ -35,24 +35,11 @@ func runJobSet(t *testing.T, spoke *kube.Cluster) {
 		{Name: spoke.Name + "-gpu-0", GPUs: 4, Labels: map[string]string{"topology.kubernetes.io/rack": "r1"}},
 		{Name: spoke.Name + "-gpu-1", GPUs: 4, Labels: map[string]string{"topology.kubernetes.io/rack": "r1"}},
 	}
-	g.Expect(spoke.AddKwokNodes(ctx, nodes...)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		for _, n := range nodes {
-			var node corev1.Node
-			g.Expect(c.Get(ctx, client.ObjectKey{Name: n.Name}, &node)).To(Succeed())
-			g.Expect(nodeReady(&node)).To(BeTrue(), "node %s not Ready", n.Name)
-		}
-	}, util.Timeout, util.Interval).Should(Succeed())
+	addReadyNodes(t, spoke, nodes...)
 
 	g.Expect(spoke.EnsureNamespace(ctx, "jobs")).To(Succeed())
 	js := gpuJobSet("train", "jobs", 2, 4)
-	g.Expect(c.Create(ctx, js)).To(Succeed())
-	g.Eventually(func() error {
-		if err := spoke.CheckAlive(); err != nil {
-			return StopTrying(err.Error())
-		}
-		return util.ConditionTrue(ctx, c, js, func() []metav1.Condition { return js.Status.Conditions }, string(jobset.JobSetCompleted))
-	}, util.Timeout, util.Interval).Should(Succeed())
+	createAndComplete(t, spoke, js)
 
 	var pods corev1.PodList
 	g.Expect(c.List(ctx, &pods, client.InNamespace("jobs"), client.MatchingLabels{jobset.JobSetNameKey: "train"})).To(Succeed())
@@ -64,6 +51,20 @@ func runJobSet(t *testing.T, spoke *kube.Cluster) {
 	}
 	// 4 GPUs each on 4-GPU nodes: the scheduler had to use both nodes.
 	g.Expect(onNodes).To(Equal(map[string]bool{nodes[0].Name: true, nodes[1].Name: true}))
+}
+
+// createAndComplete creates js on spoke and waits until it is Completed,
+// failing at once if a spoke component has exited.
+func createAndComplete(t *testing.T, spoke *kube.Cluster, js *jobset.JobSet) {
+	t.Helper()
+	ctx, c, g := context.Background(), spoke.Client, NewWithT(t)
+	g.Expect(c.Create(ctx, js)).To(Succeed())
+	g.Eventually(func() error {
+		if err := spoke.CheckAlive(); err != nil {
+			return StopTrying(err.Error())
+		}
+		return util.ConditionTrue(ctx, c, js, func() []metav1.Condition { return js.Status.Conditions }, string(jobset.JobSetCompleted))
+	}, util.Timeout, util.Interval).Should(Succeed())
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -88,7 +89,6 @@ func gpuJobSet(name, ns string, replicas int32, gpus int64) *jobset.JobSet {
 					ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"kwok.trainyard.dev/run-for": "2s"}},
 					Spec: corev1.PodSpec{
 						RestartPolicy: corev1.RestartPolicyNever,
-						Tolerations:   []corev1.Toleration{kube.KwokToleration},
 						NodeSelector:  map[string]string{"type": "kwok"},
 						Containers: []corev1.Container{{
 							Name: "trainer", Image: "registry.example/trainer:latest",

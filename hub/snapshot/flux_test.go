@@ -1,0 +1,48 @@
+package snapshot
+
+import (
+	"testing"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+// TestPinDefaultsFluxNodes: a Flux TrainJob written as the Trainer docs
+// write it (no trainer section) gets the runtime's numNodes at pinning, so
+// Trainer's Flux plugin, which Kueue runs in its webhook, has one to read.
+func TestPinDefaultsFluxNodes(t *testing.T) {
+	flux, err := tyt.ShippedRuntime(tyt.TrainerFluxRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNodes := ptr.Deref(flux.Spec.MLPolicy.NumNodes, 1)
+	torch := tyt.MakeClusterTrainingRuntime("torch-distributed").Obj()
+	cases := map[string]struct {
+		runtime string
+		trainer *trainer.Trainer
+		want    *trainer.Trainer
+	}{
+		"Flux, no trainer": {runtime: flux.Name, want: &trainer.Trainer{NumNodes: ptr.To(wantNodes)}},
+		"Flux, a command but no numNodes": {runtime: flux.Name, trainer: &trainer.Trainer{Command: []string{"lmp"}},
+			want: &trainer.Trainer{Command: []string{"lmp"}, NumNodes: ptr.To(wantNodes)}},
+		"Flux, numNodes given": {runtime: flux.Name, trainer: &trainer.Trainer{NumNodes: ptr.To[int32](7)},
+			want: &trainer.Trainer{NumNodes: ptr.To[int32](7)}},
+		"torch, no trainer: left alone": {runtime: torch.Name, want: nil},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := newClient(flux, torch)
+			tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: ns}}
+			tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: tc.runtime}
+			tj.Spec.Trainer = tc.trainer
+			mustPin(t, c, tj)
+			got, want := tj.Spec.Trainer, tc.want
+			if (got == nil) != (want == nil) || (got != nil && (ptr.Deref(got.NumNodes, -1) != ptr.Deref(want.NumNodes, -1) || len(got.Command) != len(want.Command))) {
+				t.Errorf("trainer = %+v, want %+v", got, want)
+			}
+		})
+	}
+}
