@@ -69,6 +69,10 @@ unit: ## Unit tests (no control planes).
 integration: tools slurm-root ## Integration tests against real control planes, Kueue, JobSet and Slurm.
 	go test $(INTEGRATION_FLAGS) ./test/...
 
+.PHONY: conformance
+conformance: tools slurm-root ## Kubeflow's shipped runtimes, applied unchanged, against a JobSet, an LWS and a Slurm target: prints the matrix.
+	set -o pipefail; go test $(INTEGRATION_FLAGS) -v -run TestShippedRuntimesOnEveryTarget ./test/integration/conformance/ | grep -v '^=== RUN'
+
 .PHONY: test
 test: fmt vet unit integration ## Everything CI runs: format, vet, unit and integration tests.
 

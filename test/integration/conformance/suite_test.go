@@ -1,0 +1,228 @@
+// Package conformance runs what users really bring through a whole fleet:
+// every ClusterTrainingRuntime Kubeflow Trainer ships, applied unchanged to
+// the hub, and TrainJobs written as the Trainer docs write them (with and
+// without a command, CPU-only and with GPUs, names at the 63-character
+// limit), against a JobSet spoke, a LeaderWorkerSet spoke and the real Slurm
+// cluster. It prints a runtime × target matrix; every cell must end
+// Succeeded or refused with its reason, without holding quota or looping.
+package conformance
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
+	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
+	"github.com/trainyard-dev/trainyard/test/util"
+)
+
+const (
+	tenant = "team-a"
+	// anyQueue's ClusterQueue covers only GPUs, so a job that requests
+	// nothing (as the docs write them) is admitted with no flavor and may
+	// go to any target.
+	anyQueue  = "lq-any"
+	anyFlavor = "gpu"
+	// spokeNamespace is where remote jobs go on the spokes.
+	spokeNamespace = "jobs"
+	// cacheInitializerSA is the ServiceAccount Trainer's data-cache runtime
+	// runs its initializer as; a site using the cache installs it.
+	cacheInitializerSA = "kubeflow-trainer-cache-initializer"
+)
+
+// targets of the fleet: name and the backend it runs jobs with.
+var targets = []struct{ name, kind string }{
+	{"spoke1", "JobSet"}, {"spoke2", "LeaderWorkerSet"}, {"hpc", "Slurm"},
+}
+
+// queueOf is the LocalQueue whose ClusterQueue's only flavor is served by
+// target alone, so a job that requests CPU, memory or GPUs there runs on it.
+func queueOf(target string) string { return "lq-" + target }
+
+func flavorOf(target string) string { return "f-" + target }
+
+var env struct {
+	fleet   *kube.Fleet
+	cluster *hslurm.Cluster
+	ctrls   *trainyard.Controllers
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("skipping conformance tests in -short mode")
+		os.Exit(0)
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) (code int) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-conformance-controllers.log")), zap.UseDevMode(true)))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var err error
+	if env.cluster, err = hslurm.Start(ctx, hslurm.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "start Slurm:", err)
+		return 1
+	}
+	defer func() {
+		if err := env.cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: stop Slurm cluster:", err)
+			code = 1
+		}
+	}()
+	if env.fleet, err = kube.StartFleet(ctx, kube.FleetOptions{Spokes: 2, LWS: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")}); err != nil {
+		fmt.Fprintln(os.Stderr, "start fleet:", err)
+		return 1
+	}
+	defer func() {
+		if env.ctrls != nil {
+			env.ctrls.Stop()
+		}
+		util.DumpLogsOnFailure(code, append([]*kube.Cluster{env.fleet.Hub}, env.fleet.Spokes...)...)
+		_ = env.fleet.Stop()
+	}()
+	if err := setUpSpokes(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "set up spokes:", err)
+		return 1
+	}
+	if err := setUpQueues(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "set up queues:", err)
+		return 1
+	}
+	env.ctrls, err = trainyard.Start(ctx, env.fleet, trainyard.Options{
+		Flavor: anyFlavor, SpokeNamespace: spokeNamespace,
+		SpokeBackends:     map[string]v1alpha1.KubernetesBackend{"spoke2": v1alpha1.KubernetesBackendLeaderWorkerSet},
+		LostTargetTimeout: 5 * time.Minute, HeartbeatInterval: time.Second,
+		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
+		Slurm: []trainyard.SlurmTarget{{
+			Name: "hpc", Cluster: env.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
+			Partitions: []v1alpha1.SlurmPartition{{Flavor: anyFlavor, Partition: "gpu"}, {Flavor: flavorOf("hpc"), Partition: "gpu"}},
+			Accounts:   []v1alpha1.SlurmAccount{{Namespace: tenant, User: "alice"}},
+		}},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start trainyard:", err)
+		return 1
+	}
+	if err := serveTargetFlavors(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "target flavors:", err)
+		return 1
+	}
+	if err := applyShippedRuntimes(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "apply Kubeflow's runtimes:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// setUpSpokes gives each spoke 4 kwok nodes of 4 GPUs, and the
+// ServiceAccount Trainer's data cache runs as.
+func setUpSpokes(ctx context.Context) error {
+	for _, s := range env.fleet.Spokes {
+		var nodes []kube.NodeSpec
+		for i := range 4 {
+			nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("%s-gpu-%d", s.Name, i), GPUs: 4})
+		}
+		if _, err := util.SetUpSpoke(ctx, s, nodes); err != nil {
+			return err
+		}
+		if err := s.EnsureNamespace(ctx, spokeNamespace); err != nil {
+			return err
+		}
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: cacheInitializerSA, Namespace: spokeNamespace}}
+		if err := s.Client.Create(ctx, sa); client.IgnoreAlreadyExists(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setUpQueues makes the any-target queue and one queue per target, whose
+// flavor covers CPU, memory and GPUs and is served by that target only.
+func setUpQueues(ctx context.Context) error {
+	h := env.fleet.Hub
+	if err := trainyard.SetUpQueue(ctx, h, trainyard.Queue{ClusterQueue: "cq-any", Namespace: tenant,
+		LocalQueue: anyQueue, Flavor: anyFlavor, GPUs: "256"}); err != nil {
+		return err
+	}
+	for _, t := range targets {
+		f := flavorOf(t.name)
+		objs := []client.Object{
+			kueuetesting.MakeResourceFlavor(f).Obj(),
+			kueuetesting.MakeClusterQueue("cq-" + t.name).ResourceGroup(*kueuetesting.MakeFlavorQuotas(f).
+				Resource(corev1.ResourceCPU, "1000").Resource(corev1.ResourceMemory, "4Ti").
+				Resource(v1alpha1.GPUResource, "256").Obj()).
+				AdmissionChecks(trainyard.CheckName).Obj(),
+			kueuetesting.MakeLocalQueue(queueOf(t.name), tenant).ClusterQueue("cq-" + t.name).Obj(),
+		}
+		for _, o := range objs {
+			if err := h.Client.Create(ctx, o); client.IgnoreAlreadyExists(err) != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// serveTargetFlavors adds each target's own flavor to the ones it serves.
+func serveTargetFlavors(ctx context.Context) error {
+	for _, t := range targets {
+		var tg v1alpha1.Target
+		if err := env.fleet.Hub.Client.Get(ctx, client.ObjectKey{Name: t.name}, &tg); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(tg.DeepCopy())
+		tg.Spec.Flavors = []string{anyFlavor, flavorOf(t.name)}
+		if err := env.fleet.Hub.Client.Patch(ctx, &tg, patch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyShippedRuntimes creates every ClusterTrainingRuntime under the
+// pinned Trainer module's manifests/base/runtimes, unchanged (decoded
+// strictly, so no field is dropped on the way).
+func applyShippedRuntimes(ctx context.Context) error {
+	rts, err := runtimesUnderTest()
+	if err != nil {
+		return err
+	}
+	for path, rt := range rts {
+		if err := env.fleet.Hub.Client.Create(ctx, rt); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// runtimesUnderTest are the runtimes Kubeflow installs and the Flux runtime
+// of its examples (Trainer ships Flux only there).
+func runtimesUnderTest() (map[string]*trainer.ClusterTrainingRuntime, error) {
+	rts, err := tyt.AllShippedRuntimes()
+	if err != nil {
+		return nil, err
+	}
+	flux, err := tyt.ShippedRuntime(tyt.TrainerFluxRuntime)
+	if err != nil {
+		return nil, err
+	}
+	rts[tyt.TrainerFluxRuntime] = flux
+	return rts, nil
+}
