@@ -333,6 +333,13 @@ type TargetStatus struct {
 	// +optional
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
 
+	// hubID identifies the hub that manages this target (the UID of the
+	// hub's kube-system namespace), written by the hub. An agent fences
+	// remote work only against the hub identity it first saw.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	HubID string `json:"hubID,omitempty"`
+
 	// agentVersion is the version of the agent that wrote the heartbeat.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
