@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
@@ -15,6 +18,12 @@ import (
 
 // RemoteKind is the RemoteRef kind of a Slurm job.
 const RemoteKind = "SlurmJob"
+
+// DefaultSubmitSettle is how long after an uncertain submit a job list
+// must begin before it can prove the job absent: slurmrestd passes a
+// submit on to slurmctld even after its client gave up, within slurmctld's
+// MessageTimeout (10 s by default).
+const DefaultSubmitSettle = 10 * time.Second
 
 // Backend runs Dispatches as Slurm batch jobs through slurmrestd.
 type Backend struct {
@@ -28,36 +37,59 @@ type Backend struct {
 	// job output for `trainyard logs` ("/" on a login node, a mount
 	// elsewhere); empty turns logs off.
 	OutputRoot string
+	// SubmitSettle overrides DefaultSubmitSettle.
+	SubmitSettle time.Duration
+	// Clock defaults to the real clock.
+	Clock clock.PassiveClock
 
 	mu sync.Mutex
 	// created is when this backend was made: a job list taken after it
 	// holds every job an earlier incarnation of the agent submitted.
 	created time.Time
-	// listed is the last job list (ListJobs) and when it was taken.
-	listed   map[string]int32 // comment -> newest job id
+	// listed is the last job list (ListJobs), every job id by comment, and
+	// when it was taken.
+	listed   map[string][]int32
 	listedAt time.Time
 	// submitted records this process's submits by comment, since the last
 	// list may predate them.
 	submitted map[string]int32
+	// uncertain records, by comment, when a submit ended without saying
+	// whether it made the job: only a list begun SubmitSettle after that
+	// may prove the job absent.
+	uncertain map[string]time.Time
 }
 
 // NewBackend returns a Backend for the target target returns.
 func NewBackend(c *Client, target func(context.Context) (*v1alpha1.Target, error)) *Backend {
-	return &Backend{Client: c, Target: target, created: time.Now(), submitted: map[string]int32{}}
+	return &Backend{Client: c, Target: target, created: time.Now(), submitted: map[string]int32{}, uncertain: map[string]time.Time{}}
+}
+
+func (b *Backend) now() time.Time {
+	if b.Clock == nil {
+		return time.Now()
+	}
+	return b.Clock.Now()
+}
+
+func (b *Backend) settle() time.Duration {
+	if b.SubmitSettle > 0 {
+		return b.SubmitSettle
+	}
+	return DefaultSubmitSettle
 }
 
 // ListJobs lists the cluster's jobs and keeps the list, so submits can
 // look a job up without a list of their own. The agent's poller calls it.
 func (b *Backend) ListJobs(ctx context.Context) ([]JobInfo, error) {
-	at := time.Now()
+	at := b.now()
 	jobs, err := b.Client.Jobs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	byComment := make(map[string]int32, len(jobs))
+	byComment := make(map[string][]int32, len(jobs))
 	for i := range jobs {
-		if c := jobs[i].Comment; strings.HasPrefix(c, CommentPrefix) && jobs[i].JobID > byComment[c] {
-			byComment[c] = jobs[i].JobID
+		if c := jobs[i].Comment; strings.HasPrefix(c, CommentPrefix) {
+			byComment[c] = append(byComment[c], jobs[i].JobID)
 		}
 	}
 	b.mu.Lock()
@@ -68,26 +100,70 @@ func (b *Backend) ListJobs(ctx context.Context) ([]JobInfo, error) {
 	return jobs, nil
 }
 
-// existing returns the id of a job submitted for comment, 0 if none. It
-// trusts the kept list only when it was taken after this backend was made
-// (so it holds every job of an earlier agent) and adds this process's own
-// submits; otherwise it lists afresh.
-func (b *Backend) existing(ctx context.Context, comment string) (int32, error) {
-	b.mu.Lock()
-	id, fresh := b.submitted[comment], !b.created.IsZero() && b.listedAt.After(b.created)
-	if id == 0 && fresh {
-		id = b.listed[comment]
+// errSettling: no job list yet proves whether the job exists, typically
+// because an uncertain submit is too recent for any list to show its job.
+var errSettling = errors.New("an earlier submit may still reach slurmctld; looking for its job once it has settled")
+
+// jobsOf returns the ids of every job with comment, from a list that is
+// known to hold them all: taken after this backend was made (so it holds
+// every job of an earlier agent) and, after an uncertain submit, begun
+// SubmitSettle after it; this process's own submits are added. It lists
+// afresh when the kept list is not such a list.
+func (b *Backend) jobsOf(ctx context.Context, comment string) ([]int32, error) {
+	ids, ok, wait := b.known(comment)
+	if ok {
+		return ids, nil
 	}
-	b.mu.Unlock()
-	if id != 0 || fresh {
-		return id, nil
+	if wait > 0 {
+		return nil, fmt.Errorf("%w (%s)", errSettling, wait.Round(time.Second))
 	}
 	if _, err := b.ListJobs(ctx); err != nil {
-		return 0, err
+		return nil, err
 	}
+	if ids, ok, _ = b.known(comment); !ok {
+		return nil, errSettling
+	}
+	return ids, nil
+}
+
+// known answers jobsOf from the kept list when it proves enough; else it
+// says how long to wait before a new list could.
+func (b *Backend) known(comment string) (ids []int32, ok bool, wait time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.listed[comment], nil
+	from := b.created
+	unc, isUncertain := b.uncertain[comment]
+	if isUncertain {
+		from = unc.Add(b.settle())
+		if now := b.now(); now.Before(from) {
+			return nil, false, from.Sub(now)
+		}
+	}
+	if b.created.IsZero() || !b.listedAt.After(from) {
+		return nil, false, 0
+	}
+	delete(b.uncertain, comment)
+	ids = append(ids, b.listed[comment]...)
+	if id := b.submitted[comment]; id != 0 && !slices.Contains(ids, id) {
+		ids = append(ids, id)
+	}
+	return ids, true, 0
+}
+
+// existing returns the id of the newest job submitted for comment, 0 if
+// none (see jobsOf).
+func (b *Backend) existing(ctx context.Context, comment string) (int32, error) {
+	b.mu.Lock()
+	id := b.submitted[comment]
+	b.mu.Unlock()
+	if id != 0 {
+		return id, nil
+	}
+	ids, err := b.jobsOf(ctx, comment)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	return slices.Max(ids), nil
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -104,7 +180,8 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 		return nil, err
 	}
 	// Look up before submitting: a crash after a submit and before the
-	// status write must find that job, not make a second one. The agent
+	// status write, or a submit that timed out after slurmctld took the
+	// job, must find that job, not make a second one. The agent
 	// works on one Dispatch in one worker at a time, and leader election
 	// keeps it to one agent, so no other submit of d can race this one.
 	id, err := b.existing(ctx, job.Comment)
@@ -115,6 +192,16 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 		return ref(id, job.Name), nil
 	}
 	id, err = b.Client.Submit(ctx, job)
+	if errors.Is(err, ErrSubmitUncertain) {
+		// The job may exist: the next submit first proves it absent.
+		b.mu.Lock()
+		if b.uncertain == nil {
+			b.uncertain = map[string]time.Time{}
+		}
+		b.uncertain[job.Comment] = b.now()
+		b.mu.Unlock()
+		return nil, err
+	}
 	var he *HTTPError
 	if errors.As(err, &he) && he.Permanent {
 		return nil, fmt.Errorf("%w: %w", backends.ErrRejected, err)
@@ -182,22 +269,50 @@ func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.
 	return StatusOf(j), nil
 }
 
-// Cancel cancels the job and reports gone once no process of it is left.
+// Cancel cancels every job that carries d's comment, not only the one
+// recorded (an older agent may have made two), and reports gone once none
+// of them is left.
 func (b *Backend) Cancel(ctx context.Context, d *v1alpha1.Dispatch) (bool, error) {
-	j, err := b.find(ctx, d, remoteID(d))
-	if errors.Is(err, ErrJobNotFound) {
-		return true, nil
+	want := Comment(d)
+	ids, err := b.jobsOf(ctx, want)
+	if errors.Is(err, errSettling) {
+		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	if Ended(j) {
-		return true, nil
+	if id := remoteID(d); id > 0 && !slices.Contains(ids, id) {
+		ids = append(ids, id)
 	}
-	return false, b.Client.Cancel(ctx, j.JobID)
+	return b.cancelAll(ctx, ids, func(j *JobInfo) bool { return j.Comment == want })
 }
 
-// ListRemote lists the live jobs this target's agent submitted.
+// cancelAll cancels the jobs of ids that mine accepts and have not ended;
+// gone is true when there were none.
+func (b *Backend) cancelAll(ctx context.Context, ids []int32, mine func(*JobInfo) bool) (gone bool, err error) {
+	gone = true
+	for _, id := range ids {
+		j, err := b.Client.Job(ctx, id)
+		if errors.Is(err, ErrJobNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if !mine(j) || Ended(j) {
+			continue
+		}
+		gone = false
+		if err := b.Client.Cancel(ctx, id); err != nil {
+			return false, err
+		}
+	}
+	return gone, nil
+}
+
+// ListRemote lists the live remote work this target's agent submitted:
+// one entry per Dispatch attempt, however many jobs carry its comment (Ref
+// names the newest).
 func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error) {
 	t, err := b.Target(ctx)
 	if err != nil {
@@ -207,25 +322,62 @@ func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error)
 	if err != nil {
 		return nil, err
 	}
+	byComment := map[string]int{}
 	var out []backends.RemoteWork
 	for i := range jobs {
-		target, w, ok := ParseComment(jobs[i].Comment)
-		if !ok || target != t.Name || Ended(&jobs[i]) {
+		j := &jobs[i]
+		target, w, ok := ParseComment(j.Comment)
+		if !ok || target != t.Name || Ended(j) {
 			continue
 		}
-		w.Ref = *ref(jobs[i].JobID, jobs[i].Name)
+		w.Ref = *ref(j.JobID, j.Name)
+		if k, seen := byComment[j.Comment]; seen {
+			if j.JobID > jobID(out[k].Ref) {
+				out[k].Ref = w.Ref
+			}
+			continue
+		}
+		byComment[j.Comment] = len(out)
 		out = append(out, w)
 	}
 	return out, nil
 }
 
-// Delete cancels one job found by ListRemote.
+// Delete cancels every live job of the Dispatch attempt w names, found by
+// a new list, and the job w.Ref names.
 func (b *Backend) Delete(ctx context.Context, w backends.RemoteWork) error {
-	id, err := strconv.ParseInt(w.Ref.ID, 10, 32)
+	t, err := b.Target(ctx)
 	if err != nil {
-		return fmt.Errorf("slurm job id %q: %w", w.Ref.ID, err)
+		return err
 	}
-	return b.Client.Cancel(ctx, int32(id))
+	jobs, err := b.ListJobs(ctx)
+	if err != nil {
+		return err
+	}
+	same := func(j *JobInfo) bool {
+		target, o, ok := ParseComment(j.Comment)
+		return ok && target == t.Name && o.DispatchNamespace == w.DispatchNamespace &&
+			o.DispatchName == w.DispatchName && o.Attempt == w.Attempt
+	}
+	var ids []int32
+	if id := jobID(w.Ref); id > 0 {
+		ids = append(ids, id)
+	}
+	for i := range jobs {
+		if same(&jobs[i]) && !Ended(&jobs[i]) && !slices.Contains(ids, jobs[i].JobID) {
+			ids = append(ids, jobs[i].JobID)
+		}
+	}
+	_, err = b.cancelAll(ctx, ids, same)
+	return err
+}
+
+func jobID(r v1alpha1.RemoteRef) int32 {
+	id, err := strconv.ParseInt(r.ID, 10, 32)
+	if err != nil {
+		return 0
+	}
+	return int32(id)
 }
 
 // Capacity reads the nodes of the target's partitions.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -189,6 +190,33 @@ func (e *HTTPError) Error() string {
 // ErrJobNotFound: slurmctld does not know the job id.
 var ErrJobNotFound = errors.New("slurm job not found")
 
+// ErrSubmitUncertain: a submit ended without an answer that says whether
+// slurmctld took the job (a timeout, a connection lost after the request
+// was sent, a 5xx, an answer that cannot be read). The job may exist.
+var ErrSubmitUncertain = errors.New("slurmrestd may have accepted the job")
+
+// transportError is a request that got no complete answer.
+type transportError struct{ err error }
+
+func (e transportError) Error() string { return e.err.Error() }
+func (e transportError) Unwrap() error { return e.err }
+
+// uncertainSubmit reports whether a submit that failed with err may still
+// have made a job: anything but a refusal slurmrestd answered below 500, a
+// connection that was never opened, or a failure before sending.
+func uncertainSubmit(err error) bool {
+	var he *HTTPError
+	if errors.As(err, &he) {
+		return he.Status >= 500 && !he.Permanent
+	}
+	var te transportError
+	if !errors.As(err, &te) {
+		return false // no request was sent (credentials)
+	}
+	var op *net.OpError
+	return !errors.As(te.err, &op) || op.Op != "dial"
+}
+
 // Errors slurmctld answers for a job it refuses for good (bad partition,
 // account, QOS, user or request): retrying the same submit cannot help.
 var permanentErrors = map[string]bool{
@@ -216,12 +244,12 @@ func (c *Client) call(ctx context.Context, op, user string, out any,
 	}
 	resp, err := do(func(_ context.Context, req *http.Request) error { authorize(req, cred); return nil })
 	if err != nil {
-		return fmt.Errorf("slurmrestd %s: %w", op, err)
+		return fmt.Errorf("slurmrestd %s: %w", op, transportError{err})
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
-		return fmt.Errorf("slurmrestd %s: read answer: %w", op, err)
+		return fmt.Errorf("slurmrestd %s: read answer: %w", op, transportError{err})
 	}
 	var env envelope
 	_ = json.Unmarshal(body, &env)
@@ -247,7 +275,7 @@ func (c *Client) call(ctx context.Context, op, user string, out any,
 	}
 	if out != nil {
 		if err := json.Unmarshal(body, out); err != nil {
-			return fmt.Errorf("slurmrestd %s: decode answer: %w", op, err)
+			return fmt.Errorf("slurmrestd %s: decode answer: %w", op, transportError{err})
 		}
 	}
 	return nil
@@ -276,7 +304,8 @@ type jobDesc struct {
 	RequiredSwitches        *noVal   `json:"required_switches,omitempty"`
 }
 
-// Submit submits job as job.User and returns the job id.
+// Submit submits job as job.User and returns the job id. An error
+// wrapping ErrSubmitUncertain means the job may exist all the same.
 func (c *Client) Submit(ctx context.Context, job *Job) (int32, error) {
 	desc := jobDesc{
 		Name: job.Name, Comment: job.Comment, Partition: job.Partition, Account: job.Account, QOS: job.QOS,
@@ -309,10 +338,13 @@ func (c *Client) Submit(ctx context.Context, job *Job) (int32, error) {
 		return c.api.submit(ctx, bytes.NewReader(body), e)
 	})
 	if err != nil {
+		if uncertainSubmit(err) {
+			return 0, fmt.Errorf("%w: %w", ErrSubmitUncertain, err)
+		}
 		return 0, err
 	}
 	if out.JobID == 0 {
-		return 0, errors.New("slurmrestd submit: answer has no job_id")
+		return 0, fmt.Errorf("%w: slurmrestd submit: answer has no job_id", ErrSubmitUncertain)
 	}
 	return out.JobID, nil
 }

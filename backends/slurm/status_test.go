@@ -347,7 +347,7 @@ func TestExistingJobLookup(t *testing.T) {
 		t.Error("looked up without a list taken after start")
 	}
 	// A list taken before the backend started is not trusted either.
-	b.listed, b.listedAt = map[string]int32{"trainyard:old": 3}, start.Add(-time.Second)
+	b.listed, b.listedAt = map[string][]int32{"trainyard:old": {3}}, start.Add(-time.Second)
 	if _, err := b.existing(ctx, "trainyard:old"); err == nil {
 		t.Error("trusted a list older than the backend")
 	}
