@@ -142,6 +142,9 @@ func (r *Reconciler) placeAndCreate(ctx context.Context, s *state, tj *trainer.T
 	if err := r.ensureFinalizer(ctx, s.wl); err != nil {
 		return decision, nil, err
 	}
+	if err := r.holdTarget(ctx, decision.Target); err != nil {
+		return decision, nil, err
+	}
 	attempt, err := r.nextAttempt(ctx, s)
 	if err != nil {
 		return decision, nil, err
@@ -216,6 +219,9 @@ func (r *Reconciler) place(ctx context.Context, req placement.Request, ineligibl
 	candidates := make([]placement.Candidate, 0, len(targets.Items))
 	for i := range targets.Items {
 		t := &targets.Items[i]
+		if !t.DeletionTimestamp.IsZero() {
+			continue // being drained: nothing new goes there
+		}
 		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: inFlight[t.Name], InFlight: onNodes[t.Name],
 			Ineligible: ineligible[t.Name]})
 	}

@@ -80,10 +80,13 @@ type state struct {
 	wl         *kueue.Workload
 	check      kueue.AdmissionCheckReference
 	checkState kueue.CheckState
-	// checkless: Kueue admitted the Workload in a ClusterQueue that lists
-	// trainyard's check, but with no flavor, so no check applies to it
-	// (Kueue binds checks to flavors). Nothing else would run it: trainyard
-	// places it all the same, and reports on the TrainJob.
+	// checkless: Kueue admitted the Workload and no check of trainyard's
+	// applies to it. Either the ClusterQueue lists trainyard's check but
+	// admitted the job with no flavor (Kueue binds checks to flavors), or
+	// trainyard dispatched it before and its check has since gone (removed
+	// from the ClusterQueue, or its AdmissionCheck object deleted). Nothing
+	// else would run it: trainyard places it all the same, lets what runs
+	// run, and reports on the TrainJob.
 	checkless  bool
 	dispatches []v1alpha1.Dispatch
 	live       *v1alpha1.Dispatch // the current attempt, if it exists and is not being deleted
@@ -107,12 +110,18 @@ func (r *Reconciler) sync(ctx context.Context, s *state) (ctrl.Result, error) {
 		return r.tearDown(ctx, s)
 	}
 	if s.live == nil {
-		if s.checkState != kueue.CheckStatePending {
-			return ctrl.Result{}, nil
+		switch s.checkState {
+		case kueue.CheckStatePending:
+			return r.startAttempt(ctx, s)
+		case kueue.CheckStateReady:
+			return r.attemptLost(ctx, s)
 		}
-		return r.startAttempt(ctx, s)
+		return ctrl.Result{}, nil
 	}
 	if lost, why := r.targetLost(ctx, s.live); lost {
+		return ctrl.Result{}, r.requeue(ctx, s, why)
+	}
+	if draining, why := r.targetDraining(ctx, s.live.Spec.TargetName); draining {
 		return ctrl.Result{}, r.requeue(ctx, s, why)
 	}
 	if err := r.syncCheckState(ctx, s); err != nil {
@@ -148,6 +157,10 @@ func (r *Reconciler) load(ctx context.Context, key types.NamespacedName) (*state
 		}
 	} else if s.checkless, err = admissioncheck.FlavorlessInOurQueue(ctx, r.client, &wl); err != nil {
 		return nil, err
+	} else if !s.checkless && hasFinalizer(&wl) && apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
+		// trainyard's check went while Kueue kept the job admitted: only
+		// an eviction, deactivation or deletion ends its work.
+		s.checkless = true
 	}
 	if len(checks) == 0 && !s.checkless && !hasFinalizer(&wl) {
 		return nil, nil
@@ -177,7 +190,9 @@ func (r *Reconciler) load(ctx context.Context, key types.NamespacedName) (*state
 
 // mustTearDown: the Workload no longer holds quota for this attempt (it is
 // deleted, evicted, deactivated, or its check asked for a retry), so its
-// remote work must go.
+// remote work must go. A Workload with no check of trainyard's that is not
+// checkless (see state) is no longer trainyard's: what is left of its
+// attempts goes, and with it the Workload's finalizer.
 func (r *Reconciler) mustTearDown(s *state) bool {
 	wl := s.wl
 	switch {
@@ -231,7 +246,11 @@ func (r *Reconciler) owningTrainJob(ctx context.Context, wl *kueue.Workload) (*t
 
 // SetupWithManager registers the controller: Workloads are reconciled, and
 // Dispatch and Target changes wake the Workloads they concern.
+// A second controller drains Targets being deleted (targetDrainer).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := (&targetDrainer{client: r.client, live: r.live}).setup(mgr); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-dispatch").
 		For(&kueue.Workload{}, builder.WithPredicates(ignoreOwnAttemptWrites())).
 		Watches(&v1alpha1.Dispatch{}, handler.EnqueueRequestsFromMapFunc(workloadOfDispatch)).

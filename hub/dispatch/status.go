@@ -86,12 +86,22 @@ func (r *Reconciler) syncCheckState(ctx context.Context, s *state) error {
 		// One target's refusal never rejects a job another could run.
 		return r.refused(ctx, s)
 	case v1alpha1.DispatchFailed, v1alpha1.DispatchCancelled:
-		if s.checkState == kueue.CheckStateReady {
-			return nil // admitted work that failed is the TrainJob's failure, mirrored below
+		if accepted(d) {
+			// The remote took the job: its failure is the TrainJob's
+			// (mirrored below), whether or not the hub saw it run first.
+			return r.setCheck(ctx, s, kueue.CheckStateReady, fmt.Sprintf("remote work on %s ended %s", where, d.Status.Phase))
 		}
 		return r.requeue(ctx, s, fmt.Sprintf("remote work on %s ended %s before it was accepted: %s", where, d.Status.Phase, d.Status.Message))
 	}
 	return nil
+}
+
+// accepted reports whether d's own record says its remote work was made:
+// the agent recorded the remote reference or set Accepted. This, not what
+// the hub happened to observe before, tells a failed job (the TrainJob
+// fails) from one that never started (the job is requeued).
+func accepted(d *v1alpha1.Dispatch) bool {
+	return d.Status.Remote != nil || apimeta.IsStatusConditionTrue(d.Status.Conditions, v1alpha1.DispatchAccepted)
 }
 
 // requeue asks Kueue to evict and requeue the Workload; tear-down of the
@@ -149,7 +159,7 @@ func (r *Reconciler) mirrorToTrainJob(ctx context.Context, s *state) error {
 		setCondition(tj, trainer.TrainJobComplete, d.Status.Reason,
 			fmt.Sprintf("completed on target %s (attempt %d)", d.Spec.TargetName, d.Spec.Attempt))
 	case v1alpha1.DispatchFailed, v1alpha1.DispatchCancelled:
-		if s.checkState == kueue.CheckStateReady {
+		if accepted(d) {
 			msg := fmt.Sprintf("%s on target %s (attempt %d)", d.Status.Phase, d.Spec.TargetName, d.Spec.Attempt)
 			if d.Status.Message != "" {
 				msg += ": " + d.Status.Message

@@ -1,0 +1,145 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+)
+
+// TargetFinalizer holds a Target while Dispatches name it. A Target being
+// deleted is drained first: its jobs are requeued, its agent (which reads
+// the Target to work) cancels their remote work and releases the
+// Dispatches, and only then does the hub release the Target.
+const TargetFinalizer = "trainyard.dev/dispatches"
+
+// drainRecheck paces the drainer while a Target still has Dispatches.
+const drainRecheck = 5 * time.Second
+
+// The drainer adds and removes the finalizer.
+// +kubebuilder:rbac:groups=trainyard.dev,resources=targets,verbs=get;list;watch;update;patch
+
+// targetDraining reports whether the Target named is being deleted.
+func (r *Reconciler) targetDraining(ctx context.Context, name string) (bool, string) {
+	var t v1alpha1.Target
+	if err := r.client.Get(ctx, client.ObjectKey{Name: name}, &t); err != nil || t.DeletionTimestamp.IsZero() {
+		return false, ""
+	}
+	return true, fmt.Sprintf("target %s is being deleted", name)
+}
+
+// holdTarget puts TargetFinalizer on the Target placement chose before a
+// Dispatch names it, so the Target cannot go while the Dispatch's remote
+// work may exist. The API server refuses a new finalizer on a Target being
+// deleted, which fails this placement; the next pass places elsewhere.
+func (r *Reconciler) holdTarget(ctx context.Context, name string) error {
+	var t v1alpha1.Target
+	if err := r.client.Get(ctx, client.ObjectKey{Name: name}, &t); err != nil {
+		return err
+	}
+	if controllerutil.ContainsFinalizer(&t, TargetFinalizer) {
+		return nil
+	}
+	return addTargetFinalizer(ctx, r.client, &t)
+}
+
+// addTargetFinalizer patches with an optimistic lock: the finalizer list is
+// replaced whole, so a stale copy must not drop another's finalizer.
+func addTargetFinalizer(ctx context.Context, c client.Client, t *v1alpha1.Target) error {
+	patch := client.MergeFromWithOptions(t.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(t, TargetFinalizer)
+	return c.Patch(ctx, t, patch)
+}
+
+// attemptLost handles a Ready check whose Dispatch is gone or going:
+// someone deleted it while the job ran. The job is requeued (check Retry),
+// so Kueue evicts it; the tear-down that follows waits for the agent to
+// confirm the remote work is gone, and Kueue then releases the quota.
+func (r *Reconciler) attemptLost(ctx context.Context, s *state) (ctrl.Result, error) {
+	if busy, err := r.attemptUnderWay(ctx, s.wl); err != nil || busy {
+		// The cache lags: look again shortly.
+		return ctrl.Result{RequeueAfter: time.Second}, err
+	}
+	return ctrl.Result{}, r.requeue(ctx, s, fmt.Sprintf("the Dispatch of attempt %d was deleted while the job ran", currentAttempt(s.wl)))
+}
+
+// targetDrainer keeps TargetFinalizer on every Target that Dispatches name
+// and releases a Target being deleted once none is left.
+type targetDrainer struct {
+	client client.Client
+	// live lists Dispatches from the API server: a Target must not be
+	// released on a cache that has not yet seen a Dispatch.
+	live client.Reader
+}
+
+func (d *targetDrainer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var t v1alpha1.Target
+	if err := d.client.Get(ctx, req.NamespacedName, &t); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	deleting := !t.DeletionTimestamp.IsZero()
+	held := controllerutil.ContainsFinalizer(&t, TargetFinalizer)
+	if !deleting && held {
+		return ctrl.Result{}, nil
+	}
+	if deleting && !held {
+		return ctrl.Result{}, nil
+	}
+	var reader client.Reader = d.client
+	if deleting && d.live != nil {
+		reader = d.live
+	}
+	n, err := dispatchesOn(ctx, reader, t.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	switch {
+	case !deleting && n > 0:
+		// Dispatches written before the hub held its Targets.
+		return ctrl.Result{}, addTargetFinalizer(ctx, d.client, &t)
+	case deleting && n > 0:
+		return ctrl.Result{RequeueAfter: drainRecheck}, nil
+	case deleting:
+		ctrl.LoggerFrom(ctx).Info("target drained; releasing it", "target", t.Name)
+		patch := client.MergeFrom(t.DeepCopy())
+		controllerutil.RemoveFinalizer(&t, TargetFinalizer)
+		return ctrl.Result{}, client.IgnoreNotFound(d.client.Patch(ctx, &t, patch))
+	}
+	return ctrl.Result{}, nil
+}
+
+// dispatchesOn counts the Dispatches that name target, those being
+// deleted included: their agent has yet to confirm the remote work gone.
+func dispatchesOn(ctx context.Context, c client.Reader, target string) (int, error) {
+	var list v1alpha1.DispatchList
+	if err := c.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelTarget: v1alpha1.LabelValue(target)}); err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range list.Items {
+		if list.Items[i].Spec.TargetName == target {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (d *targetDrainer) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-target-drain").
+		For(&v1alpha1.Target{}).
+		Watches(&v1alpha1.Dispatch{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			disp, ok := o.(*v1alpha1.Dispatch)
+			if !ok || disp.Spec.TargetName == "" {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: disp.Spec.TargetName}}}
+		})).
+		Complete(d)
+}
