@@ -10,9 +10,13 @@ import (
 	"os"
 
 	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/dashboard"
 )
 
 func main() {
-	root := cli.NewRootCommand(cli.Options{Name: cli.CommandName(os.Args[0])}, newDevCommand())
+	name := cli.CommandName(os.Args[0])
+	// The dashboard reads the hub through package cli, so it is added here
+	// beside dev rather than in cli's root command (an import cycle).
+	root := cli.NewRootCommand(cli.Options{Name: name}, newDevCommand(), dashboard.NewCommand(name))
 	os.Exit(cli.Execute(context.Background(), root, os.Args[1:]))
 }
