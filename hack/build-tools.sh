@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the real binaries the harness runs (kube-apiserver, kube-controller-manager,
 # kube-scheduler, etcd, kwok, the JobSet, LeaderWorkerSet and Kueue managers, the spokes'
-# hostpath-provisioner), controller-gen, and helm and kustomize (for the chart tests), each
-# from its own tools module under hack/tools, with exact versions from the Go module proxy.
+# hostpath-provisioner), controller-gen, and helm, kustomize and promtool (for the chart
+# tests), each from its own tools module under hack/tools, with exact versions from the Go
+# module proxy.
 #
 # Every binary is cached under $TRAINYARD_CACHE/bin/<tool>-<hash of its go.mod+go.sum
 # and of the Go files a tools module has of its own (hostpath-provisioner's main.go)>,
@@ -82,13 +83,18 @@ build_helm() {
   go build -trimpath -ldflags "$ld" -o "$1/helm" helm.sh/helm/v3/cmd/helm
 }
 build_kustomize() { go build -trimpath -ldflags "-s -w" -o "$1/kustomize" sigs.k8s.io/kustomize/kustomize/v5; }
+# promtool checks and unit-tests the hub chart's alert rules; remove_all_sd leaves out the
+# service-discovery plugins (cloud SDKs) it never uses for rule files.
+build_promtool() {
+  go build -trimpath -tags remove_all_sd -ldflags "-s -w" -o "$1/promtool" github.com/prometheus/prometheus/cmd/promtool
+}
 
 tools=("$@")
-[ ${#tools[@]} -gt 0 ] || tools=(etcd k8s kwok jobset lws kueue hostpath-provisioner controller-gen helm kustomize)
+[ ${#tools[@]} -gt 0 ] || tools=(etcd k8s kwok jobset lws kueue hostpath-provisioner controller-gen helm kustomize promtool)
 for t in "${tools[@]}"; do
   case $t in
     k8s) build k8s kube-apiserver kube-controller-manager kube-scheduler ;;
-    etcd|kwok|jobset|lws|kueue|hostpath-provisioner|controller-gen|helm|kustomize) build "$t" "$t" ;;
+    etcd|kwok|jobset|lws|kueue|hostpath-provisioner|controller-gen|helm|kustomize|promtool) build "$t" "$t" ;;
     *) echo "unknown tool $t" >&2; exit 2 ;;
   esac
 done

@@ -18,6 +18,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
 
 // Client rate limits. client-go's defaults (5 QPS) cap a dispatcher at about
@@ -60,6 +61,7 @@ func Scheme() *runtime.Scheme {
 // NewManager builds the hub manager with all controllers registered.
 func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(metrics.CountWriteErrors)
 	cfg.QPS, cfg.Burst = o.QPS, o.Burst
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
@@ -93,6 +95,9 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		mgr.GetWebhookServer().Register(snapshot.WebhookPath, &webhook.Admission{
 			Handler: &snapshot.PinWebhook{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Cache: mgr.GetClient()},
 		})
+	}
+	if err := mgr.Add(&metrics.HubState{Reader: mgr.GetClient(), Clock: o.Clock}); err != nil {
+		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err

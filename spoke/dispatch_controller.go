@@ -84,7 +84,9 @@ func (r *DispatchReconciler) observe(ctx context.Context, d *v1alpha1.Dispatch, 
 	now := metav1.NewTime(r.Clock.Now())
 	hadRemote := status.Remote != nil
 	if !hadRemote {
+		start := time.Now()
 		ref, err := r.Backend.Submit(ctx, d)
+		metrics.BackendCall(r.Backend, metrics.OpSubmit, start, err != nil && !errors.Is(err, backends.ErrRejected))
 		switch {
 		case errors.Is(err, backends.ErrRejected):
 			setPhase(status, v1alpha1.DispatchRejected, v1alpha1.ReasonRemoteRejected, err.Error(), now)
@@ -97,7 +99,9 @@ func (r *DispatchReconciler) observe(ctx context.Context, d *v1alpha1.Dispatch, 
 		status.Remote = ref
 		setPhase(status, v1alpha1.DispatchSubmitted, v1alpha1.ReasonRemoteCreated, "remote work created", now)
 	}
+	start := time.Now()
 	st, err := r.Backend.Observe(ctx, d)
+	metrics.BackendCall(r.Backend, metrics.OpObserve, start, err != nil && !errors.Is(err, backends.ErrNotFound))
 	switch {
 	case errors.Is(err, backends.ErrNotFound) && hadRemote:
 		setPhase(status, v1alpha1.DispatchFailed, v1alpha1.ReasonRemoteMissing,
@@ -173,7 +177,9 @@ func (r *DispatchReconciler) cancel(ctx context.Context, d *v1alpha1.Dispatch) (
 	if !controllerutil.ContainsFinalizer(d, v1alpha1.RemoteCleanupFinalizer) {
 		return ctrl.Result{}, nil
 	}
+	start := time.Now()
 	gone, err := r.Backend.Cancel(ctx, d)
+	metrics.BackendCall(r.Backend, metrics.OpCancel, start, err != nil)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
 
 // Fence deletes remote work whose Dispatch no longer exists or belongs to
@@ -60,6 +61,7 @@ func (f *Fence) Sweep(ctx context.Context) (int, error) {
 			return deleted, err
 		}
 		deleted++
+		metrics.FenceDeleted()
 	}
 	return deleted, nil
 }

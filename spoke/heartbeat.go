@@ -74,7 +74,9 @@ func (h *Heartbeat) NeedLeaderElection() bool { return true }
 
 // Beat sends one heartbeat.
 func (h *Heartbeat) Beat(ctx context.Context) error {
+	start := time.Now()
 	capacity, capErr := h.Backend.Capacity(ctx)
+	metrics.BackendCall(h.Backend, metrics.OpCapacity, start, capErr != nil)
 	now := metav1.NewTime(h.Clock.Now())
 	reach := metav1.Condition{Type: v1alpha1.TargetBackendReachable, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonBackendReachable, Message: "the backend answers", LastTransitionTime: now}

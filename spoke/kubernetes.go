@@ -31,6 +31,7 @@ import (
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
 	"github.com/trainyard-dev/trainyard/backends/lws"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
 
 // Client rate limits of the agent, towards the hub and towards its spoke.
@@ -166,6 +167,8 @@ type managerOptions struct {
 // are Secrets): no cluster-wide informers.
 func newAgentManager(hubCfg *rest.Config, t *v1alpha1.Target, o managerOptions) (ctrl.Manager, error) {
 	ns := t.Spec.Agent.Namespace
+	hubCfg = rest.CopyConfig(hubCfg)
+	hubCfg.Wrap(metrics.CountWriteErrors) // failed writes to the hub, in api_write_errors_total
 	mgr, err := ctrl.NewManager(hubCfg, ctrl.Options{
 		Scheme:                  HubScheme(),
 		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
@@ -182,6 +185,7 @@ func newAgentManager(hubCfg *rest.Config, t *v1alpha1.Target, o managerOptions) 
 	}
 	_ = mgr.AddHealthzCheck("healthz", healthz.Ping)
 	_ = mgr.AddReadyzCheck("readyz", healthz.Ping)
+	_ = mgr.Add(&metrics.AgentState{Reader: mgr.GetClient(), Namespace: ns, Target: t.Name})
 	return mgr, nil
 }
 

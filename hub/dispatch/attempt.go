@@ -76,9 +76,11 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	}
 	// Choosing a target and recording the Dispatch happen under one lock,
 	// so concurrent workers never book the same GPUs (see ledger).
+	start := time.Now()
 	r.ledger.mu.Lock()
 	decision, d, err := r.placeAndCreate(ctx, s, tj, rt, req, ineligible)
 	r.ledger.mu.Unlock()
+	metrics.ObserveDecision(decision.Target, start)
 	if err != nil {
 		var noPlace placementError
 		if errors.As(err, &noPlace) {
@@ -169,6 +171,7 @@ func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl
 		return ctrl.Result{}, r.reject(ctx, s, "", err.Error())
 	}
 	metrics.Dispatched("", metrics.ResultNoCapacity)
+	metrics.Waiting(s.wl.UID, requestOf(s.wl).Flavors, r.clock.Now())
 	if e := r.setCheck(ctx, s, kueue.CheckStateRetry, err.Error()); e != nil {
 		return ctrl.Result{}, e
 	}

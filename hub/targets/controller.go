@@ -35,6 +35,9 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var t v1alpha1.Target
 	if err := r.Client.Get(ctx, req.NamespacedName, &t); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			metrics.ForgetTarget(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	cond, recheck := r.availability(&t)
@@ -52,7 +55,7 @@ func (r *Reconciler) availability(t *v1alpha1.Target) (metav1.Condition, time.Du
 		return c, 0
 	}
 	age := r.Clock.Since(t.Status.LastHeartbeatTime.Time)
-	metrics.HeartbeatAge.WithLabelValues(t.Name).Set(age.Seconds())
+	metrics.ObserveHeartbeat(t.Name, t.Status.LastHeartbeatTime.Time, r.LostTimeout)
 	if age > r.LostTimeout {
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonHeartbeatStale
 		c.Message = fmt.Sprintf("no heartbeat since %s, longer than the lost-target timeout of %s",

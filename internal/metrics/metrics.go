@@ -1,6 +1,8 @@
 // Package metrics is every Prometheus metric trainyard exports, hub and
 // agent alike, registered on controller-runtime's registry so they appear on
-// the manager's /metrics endpoint.
+// the manager's /metrics endpoint. This file holds the hub's event metrics;
+// agent.go the agent's, state.go the gauges counted from a manager's cache
+// at each scrape, and transport.go the API write errors.
 package metrics
 
 import (
@@ -27,7 +29,7 @@ var (
 	// Dispatches counts dispatch decisions by target and result.
 	Dispatches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "dispatches_total",
-		Help: "Dispatch decisions by target and result (dispatched, no_capacity, rejected, requeued, error).",
+		Help: "Dispatch decisions by target and result (dispatched, no_capacity, rejected, refused, requeued, error).",
 	}, []string{"target", "result"})
 
 	// AdmissionToRunning observes the time from Kueue's quota reservation
@@ -38,10 +40,12 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.25, 2, 14),
 	}, []string{"target"})
 
-	// HeartbeatAge is the age of each target's last agent heartbeat.
-	HeartbeatAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "target_heartbeat_age_seconds",
-		Help: "Seconds since the target's agent last reported, as seen by the hub.",
+	// DecisionDuration observes one placement decision and the Dispatch
+	// create that records it.
+	DecisionDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "decision_duration_seconds",
+		Help:    "Seconds the hub took to place one attempt and create its Dispatch, by chosen target (empty: none).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 	}, []string{"target"})
 
 	// SyncErrors counts failed reconciles by component.
@@ -49,10 +53,24 @@ var (
 		Namespace: namespace, Name: "sync_errors_total",
 		Help: "Failed syncs by component (hub-dispatch, hub-targets, agent-dispatch, agent-heartbeat, agent-fence).",
 	}, []string{"component"})
+
+	// APIWriteErrors counts failed writes to the hub API server.
+	APIWriteErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "api_write_errors_total",
+		Help: "Failed writes to the hub API server by resource, verb and HTTP code (0: no answer).",
+	}, []string{"resource", "verb", "code"})
 )
 
-func init() {
-	ctrlmetrics.Registry.MustRegister(Dispatches, AdmissionToRunning, HeartbeatAge, SyncErrors)
+// byTarget are the vectors with a target label: ForgetTarget clears them.
+var byTarget = []*prometheus.MetricVec{Dispatches.MetricVec, AdmissionToRunning.MetricVec, DecisionDuration.MetricVec}
+
+func init() { Register(ctrlmetrics.Registry) }
+
+// Register adds every trainyard metric to reg; init does it for
+// controller-runtime's registry.
+func Register(reg prometheus.Registerer) {
+	reg.MustRegister(Dispatches, AdmissionToRunning, DecisionDuration, SyncErrors, APIWriteErrors,
+		BackendCallDuration, BackendCallErrors, FenceDeletions, newStateCollector(&sources, &waiting, &heartbeats))
 }
 
 // Dispatched records one decision for target ("" when none was chosen).
@@ -63,5 +81,19 @@ func ObserveAdmissionToRunning(target string, d time.Duration) {
 	AdmissionToRunning.WithLabelValues(target).Observe(d.Seconds())
 }
 
+// ObserveDecision records one placement and Dispatch create that began at start.
+func ObserveDecision(target string, start time.Time) {
+	DecisionDuration.WithLabelValues(target).Observe(time.Since(start).Seconds())
+}
+
 // SyncError counts a failed sync of component.
 func SyncError(component string) { SyncErrors.WithLabelValues(component).Inc() }
+
+// ForgetTarget deletes the series of a deleted Target. The gauges of
+// state.go are counted from the Targets that exist.
+func ForgetTarget(target string) {
+	heartbeats.forget(target)
+	for _, v := range byTarget {
+		v.DeletePartialMatch(prometheus.Labels{"target": target})
+	}
+}

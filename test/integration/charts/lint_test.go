@@ -14,6 +14,7 @@ func TestLint(t *testing.T) {
 	}{
 		{"hub defaults", hubRelease()},
 		{"hub serviceMonitor", hubRelease("--set", "metrics.serviceMonitor.enabled=true")},
+		{"hub alerts and dashboard", hubRelease("--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.grafanaDashboard.enabled=true")},
 		{"hub own certificate", hubRelease("--set", "certManager.enabled=false", "--set", "webhook.certSecretName=c", "--set", "webhook.caBundle=Q0EK")},
 		{"hub issuer", hubRelease("--set", "certManager.issuerRef.name=corp", "--set", "certManager.issuerRef.kind=ClusterIssuer")},
 		{"hub no webhook", hubRelease("--set", "webhook.enabled=false", "--set", "certManager.enabled=false")},

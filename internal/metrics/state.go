@@ -1,0 +1,344 @@
+package metrics
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+)
+
+// The gauges of this file are counted at each scrape from a manager's
+// cache (no API call, no lock of the controllers), so they are current even
+// when nothing reconciles, and a deleted Target's series go with it.
+
+// collectTimeout bounds one scrape's reads of the cache.
+const collectTimeout = 5 * time.Second
+
+// HubState is a manager Runnable: while it runs, scrapes count Targets,
+// Dispatches and waiting Workloads from Reader (the manager's cache).
+type HubState struct {
+	Reader client.Reader
+	Clock  clock.PassiveClock
+}
+
+// AgentState is a manager Runnable: while it runs, scrapes count the
+// Dispatches of Target in the agent namespace by phase.
+type AgentState struct {
+	Reader            client.Reader
+	Namespace, Target string
+}
+
+// Start registers h as a source until ctx ends.
+func (h *HubState) Start(ctx context.Context) error { return sources.run(ctx, h) }
+
+// Start registers a as a source until ctx ends.
+func (a *AgentState) Start(ctx context.Context) error { return sources.run(ctx, a) }
+
+// NeedLeaderElection: every replica reports what its cache holds.
+func (h *HubState) NeedLeaderElection() bool { return false }
+
+// NeedLeaderElection: every replica reports what its cache holds.
+func (a *AgentState) NeedLeaderElection() bool { return false }
+
+// sourceSet is the running HubStates and AgentStates of this process.
+type sourceSet struct {
+	mu   sync.Mutex
+	list []any
+}
+
+var sources sourceSet
+
+func (s *sourceSet) run(ctx context.Context, src any) error {
+	s.mu.Lock()
+	s.list = append(s.list, src)
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	s.list = slices.DeleteFunc(s.list, func(x any) bool { return x == src })
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *sourceSet) snapshot() []any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.list)
+}
+
+// waitSet holds the Workloads whose last placement found no room.
+type waitSet struct {
+	mu sync.Mutex
+	m  map[types.UID]wait
+}
+
+type wait struct {
+	since   time.Time
+	flavors []string
+}
+
+var waiting = waitSet{m: map[types.UID]wait{}}
+
+// beatSet holds, per target, when the hub last saw its agent renew and how
+// long the hub lets it be silent before it is lost.
+type beatSet struct {
+	mu sync.Mutex
+	m  map[string]beat
+}
+
+type beat struct {
+	at        time.Time
+	lostAfter time.Duration
+}
+
+var heartbeats = beatSet{m: map[string]beat{}}
+
+// ObserveHeartbeat records that the hub last saw target's agent renew at at
+// (on the hub's clock), and that the target is lost once lostAfter has
+// passed since. Scrapes report it as a timestamp and an age that keeps
+// growing while the target is silent.
+func ObserveHeartbeat(target string, at time.Time, lostAfter time.Duration) {
+	heartbeats.mu.Lock()
+	defer heartbeats.mu.Unlock()
+	heartbeats.m[target] = beat{at: at, lostAfter: lostAfter}
+}
+
+func (b *beatSet) get(target string) (beat, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	x, ok := b.m[target]
+	return x, ok
+}
+
+func (b *beatSet) forget(target string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, target)
+}
+
+// Waiting records that Workload uid, admitted with flavors, found no target
+// with room at now. It stays waiting, from its first such pass, until a
+// scrape sees it placed, finished or deleted.
+func Waiting(uid types.UID, flavors []string, now time.Time) {
+	waiting.mu.Lock()
+	defer waiting.mu.Unlock()
+	w, ok := waiting.m[uid]
+	if !ok {
+		w.since = now
+	}
+	w.flavors = flavors
+	waiting.m[uid] = w
+}
+
+func (s *waitSet) empty() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m) == 0
+}
+
+// keep drops the entries keep refuses and returns the rest.
+func (s *waitSet) keep(keep func(types.UID) bool) map[types.UID]wait {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[types.UID]wait{}
+	for uid, w := range s.m {
+		if !keep(uid) {
+			delete(s.m, uid)
+			continue
+		}
+		out[uid] = w
+	}
+	return out
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
+}
+
+var (
+	targetAvailableDesc = desc("target_available", "1 when the Target's Available condition is True, else 0.", "target")
+	lastHeartbeatDesc   = desc("target_last_heartbeat_timestamp_seconds",
+		"Unix time (hub clock) the hub last saw the Target's agent renew; alert on time() minus it.", "target")
+	heartbeatAgeDesc = desc("target_heartbeat_age_seconds", "Seconds since the hub last saw the Target's agent renew, by the hub's clock.", "target")
+	lostAfterDesc    = desc("target_lost_after_seconds",
+		"Seconds of silence after which the hub declares the Target lost and requeues its jobs (lease plus grace).", "target")
+	inFlightDesc   = desc("dispatches_in_flight", "Dispatches to the Target not yet Running (Pending or Submitted).", "target")
+	queueDepthDesc = desc("queue_depth",
+		"Workloads waiting for a placement because no target had room, under each Target serving their flavors (target empty: none serves them).", "target")
+	oldestWaitDesc = desc("queue_oldest_wait_seconds", "Seconds the longest-waiting Workload of queue_depth has waited.", "target")
+	agentPhaseDesc = desc("agent_dispatches", "The agent's Dispatches by phase.", "target", "phase")
+)
+
+// stateCollector emits the gauges of the running sources.
+type stateCollector struct {
+	sources *sourceSet
+	waiting *waitSet
+	beats   *beatSet
+}
+
+func newStateCollector(s *sourceSet, w *waitSet, b *beatSet) prometheus.Collector {
+	return &stateCollector{sources: s, waiting: w, beats: b}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{targetAvailableDesc, lastHeartbeatDesc, heartbeatAgeDesc, lostAfterDesc,
+		inFlightDesc, queueDepthDesc, oldestWaitDesc, agentPhaseDesc} {
+		ch <- d
+	}
+}
+
+// Collect counts from the first hub source (a process runs one hub; more
+// would repeat its series) and from one agent source per target.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	defer cancel()
+	hubDone, agentDone := false, map[string]bool{}
+	for _, src := range c.sources.snapshot() {
+		switch s := src.(type) {
+		case *HubState:
+			if !hubDone {
+				hubDone = true
+				c.collectHub(ctx, s, ch)
+			}
+		case *AgentState:
+			if !agentDone[s.Target] {
+				agentDone[s.Target] = true
+				collectAgent(ctx, s, ch)
+			}
+		}
+	}
+}
+
+func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+// collectHub reads the cache; a read that fails leaves its gauges out of
+// this scrape rather than report zeros.
+func (c *stateCollector) collectHub(ctx context.Context, h *HubState, ch chan<- prometheus.Metric) {
+	var targets v1alpha1.TargetList
+	var dispatches v1alpha1.DispatchList
+	if h.Reader.List(ctx, &targets) != nil || h.Reader.List(ctx, &dispatches) != nil {
+		return
+	}
+	var clk clock.PassiveClock = clock.RealClock{}
+	if h.Clock != nil {
+		clk = h.Clock
+	}
+	now := clk.Now()
+	inFlight, placed := map[string]int{}, map[types.UID]bool{}
+	for _, d := range dispatches.Items {
+		if !d.DeletionTimestamp.IsZero() {
+			continue
+		}
+		placed[d.Spec.Workload.UID] = true
+		switch d.Status.Phase {
+		case "", v1alpha1.DispatchPending, v1alpha1.DispatchSubmitted:
+			inFlight[d.Spec.TargetName]++
+		}
+	}
+	for _, t := range targets.Items {
+		available := 0.0
+		if apimeta.IsStatusConditionTrue(t.Status.Conditions, v1alpha1.TargetAvailable) {
+			available = 1
+		}
+		gauge(ch, targetAvailableDesc, available, t.Name)
+		if b, ok := c.beats.get(t.Name); ok {
+			gauge(ch, lastHeartbeatDesc, float64(b.at.UnixMilli())/1e3, t.Name)
+			gauge(ch, heartbeatAgeDesc, now.Sub(b.at).Seconds(), t.Name)
+			gauge(ch, lostAfterDesc, b.lostAfter.Seconds(), t.Name)
+		}
+		gauge(ch, inFlightDesc, float64(inFlight[t.Name]), t.Name)
+	}
+	c.collectQueue(ctx, h.Reader, targets.Items, placed, now, ch)
+}
+
+// collectQueue drops waiting Workloads that are placed, finished or gone,
+// and counts the rest under the Targets serving their flavors.
+func (c *stateCollector) collectQueue(ctx context.Context, r client.Reader, targets []v1alpha1.Target,
+	placed map[types.UID]bool, now time.Time, ch chan<- prometheus.Metric) {
+	depth, oldest := map[string]int{}, map[string]time.Time{}
+	for _, t := range targets {
+		depth[t.Name] = 0
+	}
+	defer func() {
+		for t, n := range depth {
+			gauge(ch, queueDepthDesc, float64(n), t)
+			if n > 0 {
+				gauge(ch, oldestWaitDesc, now.Sub(oldest[t]).Seconds(), t)
+			}
+		}
+	}()
+	var wls kueue.WorkloadList
+	if c.waiting.empty() || r.List(ctx, &wls) != nil {
+		return
+	}
+	open := map[types.UID]bool{}
+	for _, wl := range wls.Items {
+		open[wl.UID] = wl.DeletionTimestamp.IsZero() && !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)
+	}
+	for _, w := range c.waiting.keep(func(uid types.UID) bool { return open[uid] && !placed[uid] }) {
+		serving := []string{}
+		for _, t := range targets {
+			if serves(&t, w.flavors) {
+				serving = append(serving, t.Name)
+			}
+		}
+		if len(serving) == 0 {
+			serving = append(serving, "")
+		}
+		for _, t := range serving {
+			depth[t]++
+			if o, ok := oldest[t]; !ok || w.since.Before(o) {
+				oldest[t] = w.since
+			}
+		}
+	}
+}
+
+// serves is placement's rule: a Target takes jobs of these flavors when it
+// lists them all, and flavor-less jobs unless it denies them.
+func serves(t *v1alpha1.Target, flavors []string) bool {
+	if len(flavors) == 0 {
+		return t.Spec.FlavorlessJobs != v1alpha1.FlavorlessJobsDeny
+	}
+	for _, f := range flavors {
+		if !slices.Contains(t.Spec.Flavors, f) {
+			return false
+		}
+	}
+	return true
+}
+
+// agentPhases are the phases agent_dispatches always reports, zeros included.
+var agentPhases = []v1alpha1.DispatchPhase{v1alpha1.DispatchPending, v1alpha1.DispatchSubmitted, v1alpha1.DispatchRunning,
+	v1alpha1.DispatchSucceeded, v1alpha1.DispatchFailed, v1alpha1.DispatchCancelled, v1alpha1.DispatchRejected}
+
+func collectAgent(ctx context.Context, a *AgentState, ch chan<- prometheus.Metric) {
+	var list v1alpha1.DispatchList
+	if a.Reader.List(ctx, &list, client.InNamespace(a.Namespace)) != nil {
+		return
+	}
+	n := map[v1alpha1.DispatchPhase]int{}
+	for _, d := range list.Items {
+		if d.Spec.TargetName != a.Target {
+			continue
+		}
+		phase := d.Status.Phase
+		if phase == "" {
+			phase = v1alpha1.DispatchPending
+		}
+		n[phase]++
+	}
+	for _, p := range agentPhases {
+		gauge(ch, agentPhaseDesc, float64(n[p]), a.Target, string(p))
+	}
+}
