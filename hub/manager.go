@@ -2,13 +2,17 @@ package hub
 
 import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -58,6 +62,13 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
+// agentLeases selects the Leases agents hold (v1alpha1.LeaseName).
+func agentLeases() labels.Selector {
+	req, err := labels.NewRequirement(v1alpha1.LabelLeaseTarget, selection.Exists, nil)
+	utilruntime.Must(err)
+	return labels.NewSelector().Add(*req)
+}
+
 // NewManager builds the hub manager with all controllers registered.
 func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	cfg = rest.CopyConfig(cfg)
@@ -84,6 +95,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		// snapshot, hub/snapshot): read it live rather than cache every
 		// ConfigMap of the cluster.
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}}}},
+		// Of all Leases, the hub watches only its agents' (hub/targets).
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {Label: agentLeases()},
+		}},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir,
 		}),

@@ -1,8 +1,6 @@
 package hub
 
 import (
-	"time"
-
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -13,9 +11,9 @@ import (
 
 // Options configure the hub controllers.
 type Options struct {
-	// LostTargetTimeout is how long an agent may be silent before its
-	// target's Dispatches are requeued elsewhere.
-	LostTargetTimeout time.Duration
+	// Lease judges the agents' leases: duration, grace before a requeue,
+	// and the disruption threshold (targets.Default* when zero).
+	Lease targets.LeaseSettings
 	// Concurrency of the dispatch controller.
 	Concurrency int
 	Clock       clock.Clock
@@ -49,7 +47,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := (&admissioncheck.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&targets.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, LostTimeout: opts.LostTargetTimeout}).SetupWithManager(mgr); err != nil {
+	if err := (&targets.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Lease: opts.Lease}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	d := dispatch.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorderFor("trainyard-dispatcher"), opts.Clock,

@@ -28,7 +28,16 @@ type DispatchReconciler struct {
 	// Resync re-observes unfinished remote work this often, for backends
 	// whose changes arrive without an event.
 	Resync time.Duration
+	// Lease, when set, gates remote work on the agent's lease and reports
+	// work it stopped for want of one.
+	Lease *Lease
+	// Live reads a Dispatch from the hub before its remote work is created,
+	// so a cache that lags a requeue never starts a stale attempt (nil: Hub).
+	Live client.Reader
 }
+
+// leaseWait paces a Dispatch while the agent holds no lease.
+const leaseWait = time.Second
 
 // Reconcile is one pass: cancel when deleted, otherwise finalizer, submit
 // (create-or-adopt), observe, one status write.
@@ -62,6 +71,17 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 	}
 	if d.Status.Phase.IsFinal() {
 		return ctrl.Result{}, nil
+	}
+	if r.Lease != nil && !r.Lease.Held() {
+		return ctrl.Result{RequeueAfter: leaseWait}, nil
+	}
+	if r.Lease.Fenced(d) {
+		return ctrl.Result{}, r.reportFenced(ctx, d)
+	}
+	if d.Status.Remote == nil {
+		if current, err := r.stillCurrent(ctx, d); err != nil || !current {
+			return ctrl.Result{}, err
+		}
 	}
 	status := d.Status.DeepCopy()
 	submitErr := r.observe(ctx, d, status)
@@ -170,6 +190,33 @@ func (r *DispatchReconciler) writeStatus(ctx context.Context, d *v1alpha1.Dispat
 	}
 	d.Status = *status
 	return r.Hub.Status().Update(ctx, d)
+}
+
+// reportFenced says on d that the agent stopped its remote work when its
+// lease ran out; the hub requeues the job.
+func (r *DispatchReconciler) reportFenced(ctx context.Context, d *v1alpha1.Dispatch) error {
+	status := d.Status.DeepCopy()
+	setPhase(status, v1alpha1.DispatchFailed, v1alpha1.ReasonAgentFenced,
+		"the agent could not renew its lease on the hub and stopped the remote work", metav1.NewTime(r.Clock.Now()))
+	if err := r.writeStatus(ctx, d, status); err != nil {
+		return err
+	}
+	r.Lease.Reported(d)
+	return nil
+}
+
+// stillCurrent reads d live: remote work is made only for a Dispatch that
+// exists, is not being deleted and is still of the same attempt.
+func (r *DispatchReconciler) stillCurrent(ctx context.Context, d *v1alpha1.Dispatch) (bool, error) {
+	live := r.Live
+	if live == nil {
+		live = r.Hub
+	}
+	var cur v1alpha1.Dispatch
+	if err := live.Get(ctx, client.ObjectKeyFromObject(d), &cur); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return cur.UID == d.UID && cur.DeletionTimestamp.IsZero() && cur.Spec.Attempt == d.Spec.Attempt, nil
 }
 
 // cancel removes the remote work of a deleted Dispatch and then releases it.

@@ -2,9 +2,13 @@ package spoke
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -13,15 +17,39 @@ import (
 	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
 
+// DefaultFenceMaxDeletes bounds the stale remote jobs one fence pass may
+// delete; the rest wait for the next pass, after an Event says so.
+const DefaultFenceMaxDeletes = 20
+
+// Events of the fence, recorded on the agent's Lease.
+const (
+	EventFenceBounded    = "FenceBounded"
+	EventFenceUnknownHub = "FenceUnknownHub"
+)
+
 // Fence deletes remote work whose Dispatch no longer exists or belongs to
 // another attempt. That is stale work: the hub requeued the job while this
 // agent was away, or deleted the Dispatch of a lost target without it. It
 // runs at start and then at a fixed interval.
+//
+// "No Dispatch" means something only on the hub the work came from, so a
+// pass first checks the hub's identity (Target status.hubID) against the
+// one the agent was given (HubID) or first saw, and deletes nothing on a
+// hub it does not know. A pass deletes at most MaxDeletes jobs.
 type Fence struct {
 	Hub       client.Reader
 	Namespace string
+	Target    string
 	Lister    backends.RemoteLister
 	Interval  time.Duration
+	// MaxDeletes per pass (0: DefaultFenceMaxDeletes).
+	MaxDeletes int
+	Recorder   record.EventRecorder
+
+	mu sync.Mutex
+	// HubID is the hub identity the agent trusts: set by the operator
+	// (--hub-id) or remembered from the first Target read.
+	HubID string
 }
 
 // Start runs until ctx ends; it is a manager Runnable.
@@ -38,9 +66,16 @@ func (f *Fence) NeedLeaderElection() bool { return true }
 
 // Sweep deletes stale remote work once and reports how much it deleted.
 func (f *Fence) Sweep(ctx context.Context) (int, error) {
+	if err := f.knownHub(ctx); err != nil {
+		return 0, err
+	}
 	works, err := f.Lister.ListRemote(ctx)
 	if err != nil {
 		return 0, err
+	}
+	limit := f.MaxDeletes
+	if limit <= 0 {
+		limit = DefaultFenceMaxDeletes
 	}
 	deleted := 0
 	for _, w := range works {
@@ -56,12 +91,46 @@ func (f *Fence) Sweep(ctx context.Context) (int, error) {
 		case d.Spec.Attempt == w.Attempt:
 			continue // live
 		}
+		if deleted == limit {
+			metrics.FenceHeld.WithLabelValues(metrics.FenceHeldBound).Inc()
+			f.event(corev1.EventTypeWarning, EventFenceBounded, fmt.Sprintf(
+				"deleted %d stale remote jobs, the most one pass may; more are left for the next pass", limit))
+			return deleted, nil
+		}
 		log.FromContext(ctx).Info("deleting stale remote work", "remote", w.Ref.Name, "dispatch", w.DispatchName, "attempt", w.Attempt)
 		if err := f.Lister.Delete(ctx, w); err != nil {
 			return deleted, err
 		}
 		deleted++
-		metrics.FenceDeleted()
 	}
 	return deleted, nil
+}
+
+// knownHub fails unless the Target's hub identity is the trusted one; the
+// first identity seen becomes trusted when none was given.
+func (f *Fence) knownHub(ctx context.Context) error {
+	var t v1alpha1.Target
+	if err := f.Hub.Get(ctx, client.ObjectKey{Name: f.Target}, &t); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := t.Status.HubID
+	switch {
+	case id != "" && f.HubID == "":
+		f.HubID = id
+		return nil
+	case id != "" && id == f.HubID:
+		return nil
+	}
+	metrics.FenceHeld.WithLabelValues(metrics.FenceHeldUnknownHub).Inc()
+	msg := fmt.Sprintf("the hub's identity %q is not the one this agent knows (%q): no stale work is deleted", id, f.HubID)
+	f.event(corev1.EventTypeWarning, EventFenceUnknownHub, msg)
+	return fmt.Errorf("fence held: %s", msg)
+}
+
+func (f *Fence) event(typ, reason, msg string) {
+	if f.Recorder != nil {
+		f.Recorder.Event(leaseRef(f.Namespace, f.Target), typ, reason, msg)
+	}
 }

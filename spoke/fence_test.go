@@ -3,12 +3,15 @@ package spoke
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -93,7 +96,7 @@ func TestFenceSweep(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			b := fake.NewClientBuilder().WithScheme(HubScheme()).WithObjects(tc.dispatches...)
+			b := fake.NewClientBuilder().WithScheme(HubScheme()).WithObjects(append(tc.dispatches, hubTarget("hub-1"))...)
 			if tc.getErr != nil {
 				b = b.WithInterceptorFuncs(interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
 					return tc.getErr
@@ -106,7 +109,7 @@ func TestFenceSweep(t *testing.T) {
 			if tc.prepare != nil {
 				tc.prepare(be)
 			}
-			f := &Fence{Hub: b.Build(), Namespace: agentNS, Lister: be}
+			f := &Fence{Hub: b.Build(), Namespace: agentNS, Target: testTarget, Lister: be}
 			n, err := f.Sweep(context.Background())
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("Sweep error = %v, want error %v", err, tc.wantErr)
@@ -118,5 +121,109 @@ func TestFenceSweep(t *testing.T) {
 				t.Errorf("remote work left (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// hubTarget is the agent's Target as a hub with identity id records it.
+func hubTarget(id string) *v1alpha1.Target {
+	tg := tyt.MakeKubernetesTarget(testTarget, "gpu").Obj()
+	tg.Status.HubID = id
+	return tg
+}
+
+// TestFenceTrustsOnlyTheHubItKnows: a fence pass deletes nothing on a hub
+// whose identity is not the one the agent was given or first saw.
+func TestFenceTrustsOnlyTheHubItKnows(t *testing.T) {
+	cases := map[string]struct {
+		known, seen string
+		wantN       int
+		wantErr     bool
+		wantKnown   string
+		wantEvents  []string
+	}{
+		"first sight is trusted":       {seen: "hub-1", wantN: 1, wantKnown: "hub-1"},
+		"the known hub":                {known: "hub-1", seen: "hub-1", wantN: 1, wantKnown: "hub-1"},
+		"another hub deletes nothing":  {known: "hub-1", seen: "hub-2", wantErr: true, wantKnown: "hub-1", wantEvents: []string{EventFenceUnknownHub}},
+		"a hub without identity":       {seen: "", wantErr: true, wantEvents: []string{EventFenceUnknownHub}},
+		"a known agent on a blank hub": {known: "hub-1", seen: "", wantErr: true, wantKnown: "hub-1", wantEvents: []string{EventFenceUnknownHub}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			hub := fake.NewClientBuilder().WithScheme(HubScheme()).WithObjects(hubTarget(tc.seen)).Build()
+			be := newFakeBackend()
+			be.putWork(work("r-gone", agentNS, "gone", 1))
+			rec := record.NewFakeRecorder(10)
+			f := &Fence{Hub: hub, Namespace: agentNS, Target: testTarget, Lister: be, HubID: tc.known, Recorder: rec}
+			n, err := f.Sweep(context.Background())
+			if (err != nil) != tc.wantErr || n != tc.wantN {
+				t.Fatalf("Sweep = %d, %v; want %d, error %v", n, err, tc.wantN, tc.wantErr)
+			}
+			if f.HubID != tc.wantKnown {
+				t.Errorf("known hub = %q, want %q", f.HubID, tc.wantKnown)
+			}
+			if diff := cmp.Diff(tc.wantEvents, eventReasons(rec), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFenceBound: one pass deletes at most MaxDeletes stale jobs and says
+// so when it stops short; live work never counts.
+func TestFenceBound(t *testing.T) {
+	cases := map[string]struct {
+		stale, live int
+		max         int
+		wantN       int
+		wantEvents  []string
+	}{
+		"under the bound":            {stale: 2, max: 3, wantN: 2},
+		"at the bound":               {stale: 3, max: 3, wantN: 3},
+		"over the bound stops short": {stale: 5, max: 3, wantN: 3, wantEvents: []string{EventFenceBounded}},
+		"live work does not count":   {stale: 2, live: 4, max: 2, wantN: 2},
+		"default bound":              {stale: DefaultFenceMaxDeletes + 1, wantN: DefaultFenceMaxDeletes, wantEvents: []string{EventFenceBounded}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			objs := []client.Object{hubTarget("hub-1")}
+			be := newFakeBackend()
+			for i := 0; i < tc.live; i++ {
+				d := tyt.MakeDispatch(fmt.Sprintf("live-%d", i), agentNS, testTarget).Attempt(1).Obj()
+				objs = append(objs, d)
+				be.putWork(work(fmt.Sprintf("r-live-%d", i), agentNS, d.Name, 1))
+			}
+			for i := 0; i < tc.stale; i++ {
+				be.putWork(work(fmt.Sprintf("r-stale-%d", i), agentNS, fmt.Sprintf("gone-%d", i), 1))
+			}
+			rec := record.NewFakeRecorder(10)
+			f := &Fence{Hub: fake.NewClientBuilder().WithScheme(HubScheme()).WithObjects(objs...).Build(),
+				Namespace: agentNS, Target: testTarget, Lister: be, MaxDeletes: tc.max, Recorder: rec}
+			n, err := f.Sweep(context.Background())
+			if err != nil || n != tc.wantN {
+				t.Fatalf("Sweep = %d, %v; want %d", n, err, tc.wantN)
+			}
+			if left := len(be.remoteNames()); left != tc.live+tc.stale-tc.wantN {
+				t.Errorf("%d remote jobs left, want %d", left, tc.live+tc.stale-tc.wantN)
+			}
+			if diff := cmp.Diff(tc.wantEvents, eventReasons(rec), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// eventReasons drains a fake recorder into the reasons it recorded.
+func eventReasons(rec *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			f := strings.Fields(e)
+			if len(f) > 1 {
+				out = append(out, f[1])
+			}
+		default:
+			return out
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -87,7 +88,8 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 		return nil, err
 	}
 	ns := t.Spec.Agent.Namespace
-	mgr, err := newAgentManager(hubCfg, t, managerOptions{o.MetricsAddr, o.ProbeAddr, o.LeaderElect, o.SkipNameValidation})
+	mgr, err := newAgentManager(hubCfg, t, managerOptions{metricsAddr: o.MetricsAddr, probeAddr: o.ProbeAddr, leaderElect: o.LeaderElect,
+		skipNameValidation: o.SkipNameValidation, leaseDuration: o.Agent.LeaseDuration})
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +162,25 @@ func readTarget(ctx context.Context, hub client.Reader, name string, typ v1alpha
 type managerOptions struct {
 	metricsAddr, probeAddr          string
 	leaderElect, skipNameValidation bool
+	// leaseDuration is the agent's lease on the hub (Options.LeaseDuration).
+	leaseDuration time.Duration
 }
+
+// leaderElection times the agents' leader election after the lease: an
+// elected replica cut off from the hub stops its remote work when the
+// lease runs out, and only leadershipSlack later gives up leading (and
+// exits), so it never exits with its work still running. A standby takes
+// over once that is done.
+func leaderElection(lease time.Duration) (leaseDuration, renewDeadline time.Duration) {
+	if lease == 0 {
+		lease = DefaultLeaseDuration
+	}
+	return lease + 2*leadershipSlack, lease + leadershipSlack
+}
+
+// leadershipSlack is how long an elected agent keeps leading after its lease
+// ran out: time to list and stop its remote work.
+const leadershipSlack = 10 * time.Second
 
 // newAgentManager builds the hub-side manager of an agent: it may only
 // read its own namespace on the hub, and its Target by name (uncached, as
@@ -169,7 +189,10 @@ func newAgentManager(hubCfg *rest.Config, t *v1alpha1.Target, o managerOptions) 
 	ns := t.Spec.Agent.Namespace
 	hubCfg = rest.CopyConfig(hubCfg)
 	hubCfg.Wrap(metrics.CountWriteErrors) // failed writes to the hub, in api_write_errors_total
+	leDuration, leRenew := leaderElection(o.leaseDuration)
 	mgr, err := ctrl.NewManager(hubCfg, ctrl.Options{
+		LeaseDuration:           &leDuration,
+		RenewDeadline:           &leRenew,
 		Scheme:                  HubScheme(),
 		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
 		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&v1alpha1.Target{}, &corev1.Secret{}}}},

@@ -8,6 +8,8 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -42,7 +44,20 @@ type Options struct {
 	Clock             clock.Clock
 	// HeartbeatKick, when set, triggers a heartbeat between intervals.
 	HeartbeatKick <-chan struct{}
+	// LeaseDuration: without a renewal of its lease on the hub for this
+	// long, the agent stops its remote work (DefaultLeaseDuration).
+	LeaseDuration time.Duration
+	// LeaseRenewInterval paces renewals (DefaultLeaseRenewInterval).
+	LeaseRenewInterval time.Duration
+	// FenceMaxDeletes bounds one fence pass (DefaultFenceMaxDeletes).
+	FenceMaxDeletes int
+	// HubID, when set, is the only hub identity the fence trusts; empty:
+	// the first one the agent sees.
+	HubID string
 }
+
+// wakeBuffer holds Dispatches to report after the lease came back.
+const wakeBuffer = 1024
 
 // Setup adds the agent's controller, heartbeat and fence to mgr, whose
 // cache must be limited to opts.Namespace on the hub.
@@ -65,9 +80,17 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	r := &DispatchReconciler{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Resync: opts.Resync}
+	lease := newLease(mgr, opts)
+	if err := mgr.Add(lease); err != nil {
+		return err
+	}
+	wake := make(chan event.GenericEvent, wakeBuffer)
+	lease.Wake = wake
+	r := &DispatchReconciler{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Resync: opts.Resync,
+		Lease: lease, Live: mgr.GetAPIReader()}
 	b := ctrl.NewControllerManagedBy(mgr).Named("trainyard-agent-" + opts.Target).
 		For(&v1alpha1.Dispatch{}).
+		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.Concurrency,
 			// A backend that is down for minutes must be retried within
 			// seconds of its return, not after a back-off of many minutes.
@@ -87,10 +110,27 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	if lister, ok := opts.Backend.(backends.RemoteLister); ok {
-		f := &Fence{Hub: mgr.GetAPIReader(), Namespace: opts.Namespace, Lister: lister, Interval: opts.FenceInterval}
+		f := &Fence{Hub: mgr.GetAPIReader(), Namespace: opts.Namespace, Target: opts.Target, Lister: lister, Interval: opts.FenceInterval,
+			MaxDeletes: opts.FenceMaxDeletes, HubID: opts.HubID, Recorder: mgr.GetEventRecorderFor("trainyard-agent")}
 		if err := mgr.Add(f); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// newLease builds the agent's lease keeper.
+func newLease(mgr ctrl.Manager, opts Options) *Lease {
+	if opts.LeaseDuration == 0 {
+		opts.LeaseDuration = DefaultLeaseDuration
+	}
+	if opts.LeaseRenewInterval == 0 {
+		// Four renewals per lease: three may be lost before it runs out.
+		opts.LeaseRenewInterval = min(DefaultLeaseRenewInterval, opts.LeaseDuration/4)
+	}
+	l := &Lease{Hub: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: opts.Namespace, Target: opts.Target,
+		Duration: opts.LeaseDuration, RenewInterval: opts.LeaseRenewInterval, Clock: opts.Clock,
+		Elected: mgr.Elected(), Recorder: mgr.GetEventRecorderFor("trainyard-agent")}
+	l.Lister, _ = opts.Backend.(backends.RemoteLister)
+	return l
 }

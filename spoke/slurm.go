@@ -70,7 +70,8 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := newAgentManager(hubCfg, t, managerOptions{o.MetricsAddr, o.ProbeAddr, o.LeaderElect, o.SkipNameValidation})
+	mgr, err := newAgentManager(hubCfg, t, managerOptions{metricsAddr: o.MetricsAddr, probeAddr: o.ProbeAddr, leaderElect: o.LeaderElect,
+		skipNameValidation: o.SkipNameValidation, leaseDuration: o.Agent.LeaseDuration})
 	if err != nil {
 		return nil, err
 	}

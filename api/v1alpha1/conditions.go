@@ -4,9 +4,11 @@ package v1alpha1
 // reason a controller writes is an exported constant here, so the
 // troubleshooting guide can list them all.
 const (
-	// TargetAvailable is True while the agent's heartbeat is fresh and it
-	// reaches its backend. The hub requeues a target's Dispatches elsewhere
-	// once it has been False past the lost-target timeout.
+	// TargetAvailable is True while the agent's lease is fresh (renewed
+	// within the lease duration, judged on the hub's clock) and it reaches
+	// its backend. The hub requeues a target's Dispatches elsewhere only with
+	// reason LeaseExpired: lease duration plus grace passed, and the hub is
+	// not in disruption mode.
 	TargetAvailable = "Available"
 	// TargetBackendReachable is written by the agent: whether the spoke API
 	// server or slurmrestd answers.
@@ -22,9 +24,21 @@ const (
 
 // Reasons.
 const (
-	ReasonHeartbeatFresh   = "HeartbeatFresh"
-	ReasonHeartbeatStale   = "HeartbeatStale"
-	ReasonNoHeartbeat      = "NoHeartbeat"
+	ReasonHeartbeatFresh = "HeartbeatFresh"
+	// ReasonHeartbeatStale is no longer written; kept for old objects.
+	ReasonHeartbeatStale = "HeartbeatStale"
+	ReasonNoHeartbeat    = "NoHeartbeat"
+	// ReasonLeaseNotRenewed: the agent's lease ran out on the hub's clock;
+	// nothing is placed there, and its jobs are requeued once the grace
+	// passes too.
+	ReasonLeaseNotRenewed = "LeaseNotRenewed"
+	// ReasonLeaseExpired: lease duration and grace passed; the agent has
+	// stopped its remote work by now, and the hub requeues its Dispatches.
+	ReasonLeaseExpired = "LeaseExpired"
+	// ReasonHubDisrupted: the lease ran out, but so did those of more than
+	// the disruption threshold of all targets. The hub assumes it is the
+	// one cut off and requeues nothing.
+	ReasonHubDisrupted     = "HubDisrupted"
 	ReasonBackendReachable = "BackendReachable"
 	ReasonBackendError     = "BackendError"
 
@@ -36,6 +50,9 @@ const (
 	ReasonRemoteCancelled = "RemoteCancelled"
 	ReasonRemoteRejected  = "RemoteRejected"
 	ReasonRemoteMissing   = "RemoteMissing"
+	// ReasonAgentFenced: the agent could not renew its lease and stopped
+	// the remote work itself. The hub requeues the job.
+	ReasonAgentFenced = "AgentFenced"
 
 	// ReasonDispatchRejected is the reason of the Failed condition the hub
 	// sets on a TrainJob trainyard will never run: no target could run it,

@@ -26,6 +26,9 @@ type flags struct {
 	burst                                           int
 	heartbeat, slurmPoll                            time.Duration
 	slurmServiceUser                                string
+	leaseDuration, leaseRenew                       time.Duration
+	fenceMaxDeletes                                 int
+	hubID                                           string
 	slurmOutputRoot                                 string
 }
 
@@ -43,6 +46,11 @@ func main() {
 	flag.DurationVar(&f.heartbeat, "heartbeat-interval", spoke.DefaultHeartbeatInterval, "how often capacity and a heartbeat are published")
 	flag.DurationVar(&f.slurmPoll, "slurm-poll-interval", spoke.DefaultSlurmPollInterval, "how often the Slurm job list is read for state changes (slurm backend)")
 	flag.StringVar(&f.slurmOutputRoot, "slurm-output-root", "", "where the Slurm cluster's filesystem is mounted in the agent, to read job output for `trainyard logs` (slurm backend; \"/\" on a login node; empty: logs off)")
+	flag.DurationVar(&f.leaseDuration, "lease-duration", spoke.DefaultLeaseDuration,
+		"without renewing its lease on the hub for this long, the agent stops its remote work; equal to the hub's --agent-lease-duration")
+	flag.DurationVar(&f.leaseRenew, "lease-renew-interval", spoke.DefaultLeaseRenewInterval, "how often the lease on the hub is renewed")
+	flag.IntVar(&f.fenceMaxDeletes, "fence-max-deletes", spoke.DefaultFenceMaxDeletes, "most stale remote jobs one fence pass may delete")
+	flag.StringVar(&f.hubID, "hub-id", "", "identity (kube-system namespace UID) of the only hub the fence trusts; empty: the first one seen")
 	flag.StringVar(&f.slurmServiceUser, "slurm-service-user", "", "Slurm user that reads jobs and nodes and cancels jobs (slurm backend; default: slurm with a signing key, the token's user with a token)")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
@@ -62,7 +70,8 @@ func run(f flags) error {
 	if err != nil {
 		return fmt.Errorf("hub kubeconfig: %w", err)
 	}
-	agent := spoke.Options{HeartbeatInterval: f.heartbeat}
+	agent := spoke.Options{HeartbeatInterval: f.heartbeat, LeaseDuration: f.leaseDuration, LeaseRenewInterval: f.leaseRenew,
+		FenceMaxDeletes: f.fenceMaxDeletes, HubID: f.hubID}
 	ctx := ctrl.SetupSignalHandler()
 	var mgr ctrl.Manager
 	switch f.backend {

@@ -24,7 +24,12 @@ func main() {
 	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's)")
 	flag.Float64Var(&qps, "kube-api-qps", hub.DefaultQPS, "queries per second to the hub API server")
 	flag.IntVar(&o.Burst, "kube-api-burst", hub.DefaultBurst, "burst of queries to the hub API server")
-	flag.DurationVar(&o.LostTargetTimeout, "lost-target-timeout", targets.DefaultLostTimeout, "how long an agent may be silent before its jobs are requeued elsewhere")
+	flag.DurationVar(&o.Lease.Duration, "agent-lease-duration", targets.DefaultLeaseDuration,
+		"how long an agent's lease lasts after the hub saw it renewed; agents must use the same --lease-duration (a longer one they advertise wins)")
+	flag.DurationVar(&o.Lease.Grace, "lost-target-grace", targets.DefaultLeaseGrace,
+		"further wait after a lease ran out before its jobs are requeued elsewhere: covers the agent stopping its work")
+	flag.Float64Var(&o.Lease.DisruptionThreshold, "disruption-threshold", targets.DefaultDisruptionThreshold,
+		"share of targets silent at once above which the hub assumes it is cut off and requeues nothing")
 	flag.IntVar(&o.Concurrency, "dispatch-concurrency", 8, "workloads reconciled in parallel")
 	flag.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the runtime-pinning webhook (0 disables it)")
 	flag.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "folder with the webhook's tls.crt and tls.key")

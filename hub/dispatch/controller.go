@@ -210,9 +210,13 @@ func (r *Reconciler) mustTearDown(s *state) bool {
 	return false
 }
 
-// targetLost reports whether d's Target is gone or has been silent past
-// the lost-target timeout.
+// targetLost reports whether d's Target is gone, whether its agent's lease
+// ran out past the grace (hub/targets; never in disruption mode), or
+// whether the agent reports it stopped d's work for want of a lease.
 func (r *Reconciler) targetLost(ctx context.Context, d *v1alpha1.Dispatch) (bool, string) {
+	if d.Status.Reason == v1alpha1.ReasonAgentFenced {
+		return true, fmt.Sprintf("target %s lost its lease and stopped attempt %d", d.Spec.TargetName, d.Spec.Attempt)
+	}
 	var t v1alpha1.Target
 	if err := r.client.Get(ctx, client.ObjectKey{Name: d.Spec.TargetName}, &t); err != nil {
 		if client.IgnoreNotFound(err) == nil {
@@ -221,7 +225,8 @@ func (r *Reconciler) targetLost(ctx context.Context, d *v1alpha1.Dispatch) (bool
 		return false, ""
 	}
 	c := apimeta.FindStatusCondition(t.Status.Conditions, v1alpha1.TargetAvailable)
-	if c != nil && c.Status == "False" && c.Reason == v1alpha1.ReasonHeartbeatStale {
+	// HeartbeatStale is what hubs before leases wrote for the same verdict.
+	if c != nil && c.Status == "False" && (c.Reason == v1alpha1.ReasonLeaseExpired || c.Reason == v1alpha1.ReasonHeartbeatStale) {
 		return true, fmt.Sprintf("target %s lost: %s", t.Name, c.Message)
 	}
 	return false, ""

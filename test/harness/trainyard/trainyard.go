@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
@@ -42,9 +43,26 @@ type Options struct {
 	// renders jobs into (default JobSet).
 	SpokeBackends map[string]v1alpha1.KubernetesBackend
 	// SpokeNamespace is where remote JobSets go (default "jobs").
-	SpokeNamespace    string
-	TopologyLevels    []string
+	SpokeNamespace string
+	TopologyLevels []string
+	// LostTargetTimeout, when LeaseDuration is unset, is the agents' lease
+	// duration, on the hub and in the agents alike.
 	LostTargetTimeout time.Duration
+	// LeaseDuration, LeaseGrace and LeaseRenewInterval: the agents' lease
+	// (the hub's and the agents' duration are kept equal), the hub's grace
+	// before a requeue, and the renewal pace (defaults if 0).
+	LeaseDuration      time.Duration
+	LeaseGrace         time.Duration
+	LeaseRenewInterval time.Duration
+	// DisruptionThreshold of the hub (default if 0).
+	DisruptionThreshold float64
+	// FenceMaxDeletes bounds the agents' fence passes (default if 0).
+	FenceMaxDeletes int
+	// AgentClocks give an agent its own clock, e.g. a skewed one.
+	AgentClocks map[string]clock.Clock
+	// AgentHubConfig, when set, rewrites an agent's hub credentials before
+	// each start, e.g. to go through a proxy the test can cut.
+	AgentHubConfig    func(target string, cfg *rest.Config) *rest.Config
 	HeartbeatInterval time.Duration
 	FenceInterval     time.Duration
 	Resync            time.Duration
@@ -112,7 +130,11 @@ func Start(ctx context.Context, fleet *kube.Fleet, o Options) (*Controllers, err
 	hubOpts.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	hubOpts.SkipNameValidation = true
 	hubOpts.QPS, hubOpts.Burst = o.HubQPS, o.HubBurst
-	hubOpts.Options = hub.Options{LostTargetTimeout: o.LostTargetTimeout}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = o.LostTargetTimeout
+	}
+	hubOpts.Options = hub.Options{Lease: targets.LeaseSettings{
+		Duration: o.LeaseDuration, Grace: o.LeaseGrace, DisruptionThreshold: o.DisruptionThreshold}}
 	hubCfg, err := hubIdentity(ctx, fleet.Hub)
 	if err != nil {
 		return nil, err
@@ -126,9 +148,8 @@ func Start(ctx context.Context, fleet *kube.Fleet, o Options) (*Controllers, err
 	for _, s := range fleet.Spokes {
 		s := s
 		a := &Component{Name: "agent-" + s.Name, build: func(ctx context.Context) (ctrl.Manager, error) {
-			return spoke.NewKubernetesAgent(ctx, c.AgentConfigs[s.Name], spoke.KubernetesOptions{
-				Target: s.Name, Spoke: s.Config, SkipNameValidation: true,
-				Agent: spoke.Options{HeartbeatInterval: o.HeartbeatInterval, FenceInterval: o.FenceInterval, Resync: o.Resync},
+			return spoke.NewKubernetesAgent(ctx, o.agentHubConfig(s.Name, c.AgentConfigs[s.Name]), spoke.KubernetesOptions{
+				Target: s.Name, Spoke: s.Config, SkipNameValidation: true, Agent: o.agentOptions(s.Name),
 			})
 		}}
 		c.Agents[s.Name] = a
@@ -140,9 +161,9 @@ func Start(ctx context.Context, fleet *kube.Fleet, o Options) (*Controllers, err
 	for _, st := range o.Slurm {
 		st := st
 		a := &Component{Name: "agent-" + st.Name, build: func(ctx context.Context) (ctrl.Manager, error) {
-			return spoke.NewSlurmAgent(ctx, c.AgentConfigs[st.Name], spoke.SlurmOptions{
+			return spoke.NewSlurmAgent(ctx, o.agentHubConfig(st.Name, c.AgentConfigs[st.Name]), spoke.SlurmOptions{
 				Target: st.Name, SkipNameValidation: true, PollInterval: st.PollInterval, OutputRoot: st.Cluster.Root,
-				Agent: spoke.Options{HeartbeatInterval: o.HeartbeatInterval, FenceInterval: o.FenceInterval, Resync: o.Resync},
+				Agent: o.agentOptions(st.Name),
 			})
 		}}
 		c.Agents[st.Name] = a
@@ -152,6 +173,20 @@ func Start(ctx context.Context, fleet *kube.Fleet, o Options) (*Controllers, err
 		}
 	}
 	return c, nil
+}
+
+// agentOptions tune the agent of target.
+func (o Options) agentOptions(target string) spoke.Options {
+	return spoke.Options{HeartbeatInterval: o.HeartbeatInterval, FenceInterval: o.FenceInterval, Resync: o.Resync,
+		LeaseDuration: o.LeaseDuration, LeaseRenewInterval: o.LeaseRenewInterval, FenceMaxDeletes: o.FenceMaxDeletes,
+		Clock: o.AgentClocks[target]}
+}
+
+func (o Options) agentHubConfig(target string, cfg *rest.Config) *rest.Config {
+	if o.AgentHubConfig == nil {
+		return cfg
+	}
+	return o.AgentHubConfig(target, rest.CopyConfig(cfg))
 }
 
 // Stop stops the agents, then the hub.

@@ -120,7 +120,8 @@ func TestHubDeployment(t *testing.T) {
 	wantArgs := []string{
 		"--leader-elect=true", "--leader-election-namespace=" + releaseNS,
 		"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
-		"--webhook-port=9443", "--lost-target-timeout=60s",
+		"--webhook-port=9443", "--agent-lease-duration=40s", "--lost-target-grace=20s",
+		"--disruption-threshold=0.55",
 	}
 	for _, a := range wantArgs {
 		if !slices.Contains(c.Args, a) {

@@ -22,9 +22,11 @@ import (
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
-// TestLostAgentIsRequeuedAndFencedOnReturn: an agent silent past the
-// lost-target timeout has its job requeued onto the other spoke; when it
-// comes back, it deletes its now stale JobSet, and only one copy runs.
+// TestLostAgentIsRequeuedAndFencedOnReturn: a killed agent (not a cut-off
+// one: test/integration/partition covers that) renews no lease, so after
+// lease + grace on the hub's clock its job is requeued onto the other
+// spoke, and not before; when it comes back, it deletes its now stale
+// JobSet, and only one copy runs.
 func TestLostAgentIsRequeuedAndFencedOnReturn(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -37,6 +39,7 @@ func TestLostAgentIsRequeuedAndFencedOnReturn(t *testing.T) {
 
 	agent := env.agents[lostSpoke]
 	agent.Stop()
+	stopped := time.Now()
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
@@ -57,13 +60,17 @@ func TestLostAgentIsRequeuedAndFencedOnReturn(t *testing.T) {
 		g.Expect(second.Spec.TargetName).NotTo(Equal(lostSpoke))
 		g.Expect(second.Status.Phase).To(Equal(v1alpha1.DispatchRunning))
 	}, 2*util.Timeout, util.Interval).Should(Succeed())
+	// The hub waited out the lease (renewed every lostTimeout/4) and the
+	// grace before requeueing.
+	g.Expect(second.CreationTimestamp.Time).To(BeTemporally(">", stopped.Add(lostTimeout+leaseGrace-lostTimeout/4-time.Second)),
+		"requeued before lease + grace (less one renewal) had passed")
 	var events []string
 	g.Eventually(func(g Gomega) {
 		events = eventMessages(g, wl, "Requeued")
 		g.Expect(events).To(ContainElement(ContainSubstring("target " + lostSpoke + " lost")))
 	}, util.Timeout, util.Interval).Should(Succeed())
 
-	// The lost spoke still runs its copy: nobody could tell it to stop.
+	// The killed agent's spoke still runs its copy: no agent is there to stop it.
 	var js jobset.JobSet
 	g.Expect(spokeNamed(lostSpoke).Client.Get(ctx, client.ObjectKeyFromObject(&stale[0].js), &js)).To(Succeed())
 

@@ -25,9 +25,11 @@ const (
 	queue         = "lq"
 	gpusPerNode   = 4
 	nodesPerSpoke = 4
-	// lostTimeout is short so the lost-agent test is quick; heartbeats come
-	// every heartbeatEvery.
+	// lostTimeout is the agents' lease, short so the lost-agent test is
+	// quick, and leaseGrace the hub's wait after it before a requeue;
+	// heartbeats come every heartbeatEvery.
 	lostTimeout    = 10 * time.Second
+	leaseGrace     = 5 * time.Second
 	heartbeatEvery = time.Second
 )
 
@@ -72,7 +74,7 @@ func run(m *testing.M) (code int) {
 	}
 	controllers, err = trainyard.Start(ctx, f, trainyard.Options{
 		Flavor: flavor, TopologyLevels: []string{"topology.kubernetes.io/rack"},
-		LostTargetTimeout: lostTimeout, HeartbeatInterval: heartbeatEvery,
+		LostTargetTimeout: lostTimeout, LeaseGrace: leaseGrace, HeartbeatInterval: heartbeatEvery,
 		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
 	})
 	if err != nil {
