@@ -36,10 +36,14 @@ func TestMPITrainJobRunsOnSpoke(t *testing.T) {
 	}, util.Timeout, util.Interval).Should(Succeed())
 	name := remote.js.Name
 	spoke := spokeNamed(remote.spoke)
-	var hostfile corev1.ConfigMap
-	g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: remote.js.Namespace, Name: name + "-mpi-hostfile"}, &hostfile)).To(Succeed())
-	g.Expect(hostfile.Data["hostfile"]).To(Equal(name + "-node-0-0." + name + " slots=4\n" + name + "-node-0-1." + name + " slots=4\n"))
-	g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: remote.js.Namespace, Name: name + "-mpi-ssh-auth"}, &corev1.Secret{})).To(Succeed())
+	// The agent creates the companions after the JobSet (they are owned by
+	// it), so they may not exist yet when the JobSet is first seen.
+	g.Eventually(func(g Gomega) {
+		var hostfile corev1.ConfigMap
+		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: remote.js.Namespace, Name: name + "-mpi-hostfile"}, &hostfile)).To(Succeed())
+		g.Expect(hostfile.Data["hostfile"]).To(Equal(name + "-node-0-0." + name + " slots=4\n" + name + "-node-0-1." + name + " slots=4\n"))
+		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: remote.js.Namespace, Name: name + "-mpi-ssh-auth"}, &corev1.Secret{})).To(Succeed())
+	}, util.Timeout, util.Interval).Should(Succeed())
 
 	g.Eventually(func(g Gomega) {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
