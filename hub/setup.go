@@ -1,11 +1,14 @@
 package hub
 
 import (
+	"time"
+
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
+	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	"github.com/trainyard-dev/trainyard/hub/targets"
 )
 
@@ -17,6 +20,9 @@ type Options struct {
 	// Concurrency of the dispatch controller.
 	Concurrency int
 	Clock       clock.Clock
+	// PinnedRuntimeGracePeriod is how long an unreferenced pinned runtime
+	// copy is kept (default snapshot.DefaultGCGracePeriod).
+	PinnedRuntimeGracePeriod time.Duration
 }
 
 // The hub's RBAC, generated into config/rbac/hub by `make generate`. The
@@ -48,6 +54,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	if err := (&targets.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Lease: opts.Lease}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	gc := &snapshot.GC{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clock: opts.Clock, GracePeriod: opts.PinnedRuntimeGracePeriod}
+	if err := gc.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	d := dispatch.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorderFor("trainyard-dispatcher"), opts.Clock,

@@ -2,11 +2,12 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -30,16 +31,32 @@ const (
 	AnnotationSource = "trainyard.dev/runtime-source"
 	// AnnotationHash is the pinned spec's content hash.
 	AnnotationHash = "trainyard.dev/runtime-hash"
+	// AnnotationPinnedAt on a pinned copy is when a TrainJob was last
+	// pinned to it (RFC 3339); the collector keeps a copy for a grace
+	// period after it.
+	AnnotationPinnedAt = "trainyard.dev/pinned-at"
 )
+
+// ErrPresetPin: a TrainJob was created with a pin annotation already set.
+var ErrPresetPin = errors.New("the runtime pin annotations are set by trainyard only")
+
+// ErrPinnedCopyMismatch: a TrainingRuntime of the pinned copy's name exists
+// with other content than the runtime being pinned.
+var ErrPinnedCopyMismatch = errors.New("a TrainingRuntime of the pinned copy's name holds other content")
 
 // Pin makes tj refer to a pinned copy of its runtime, creating the copy if
 // needed. It changes tj in memory only; the webhook returns the change as a
-// patch. A TrainJob already pointing at a pinned copy is left as it is.
-// The source runtime is read through r, which should be uncached: a runtime
-// edited a moment ago must be pinned as edited.
+// patch. A TrainJob that already carries a pin annotation is refused
+// (ErrPresetPin): only Pin sets them. The source runtime is read through r,
+// which should be uncached: a runtime edited a moment ago must be pinned as
+// edited.
 func Pin(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.TrainJob) error {
-	if tj.Annotations[AnnotationSource] != "" {
-		return nil
+	return pinAt(ctx, r, c, tj, time.Now())
+}
+
+func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.TrainJob, now time.Time) error {
+	if err := refusePreset(tj); err != nil {
+		return err
 	}
 	snap, err := Take(ctx, r, tj)
 	if err != nil {
@@ -54,12 +71,13 @@ func Pin(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.Trai
 	pinned := &trainer.TrainingRuntime{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: tj.Namespace,
-			Labels:      map[string]string{LabelPinned: "true"},
-			Annotations: map[string]string{AnnotationSource: source, AnnotationHash: snap.Hash},
+			Labels: map[string]string{LabelPinned: "true"},
+			Annotations: map[string]string{AnnotationSource: source, AnnotationHash: snap.Hash,
+				AnnotationPinnedAt: now.UTC().Format(time.RFC3339)},
 		},
 		Spec: spec,
 	}
-	if err := c.Create(ctx, pinned); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := ensureCopy(ctx, r, c, pinned); err != nil {
 		return fmt.Errorf("pin runtime %s: %w", source, err)
 	}
 	defaultFluxNodes(tj, &spec)
@@ -74,6 +92,73 @@ func Pin(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.Trai
 	return nil
 }
 
+// refusePreset refuses a TrainJob that arrives with a pin annotation: a
+// tenant could otherwise name a runtime of its choosing as already pinned.
+func refusePreset(tj *trainer.TrainJob) error {
+	for _, k := range []string{AnnotationSource, AnnotationHash} {
+		if _, ok := tj.Annotations[k]; ok {
+			return fmt.Errorf("%w: remove the %s and %s annotations and point spec.runtimeRef at the source runtime (a manifest copied from an existing TrainJob carries them)",
+				ErrPresetPin, AnnotationSource, AnnotationHash)
+		}
+	}
+	return nil
+}
+
+// maxPinAttempts bounds ensureCopy's retries against a collector deleting
+// the copy it is about to reuse.
+const maxPinAttempts = 4
+
+// ensureCopy creates want or reuses the copy of that name if it holds the
+// same content, touching its AnnotationPinnedAt. The touch is an update at
+// the resourceVersion just read, so a collector that read the copy before
+// it fails its delete precondition; a copy deleted in between is created
+// again. A copy of that name with other content is ErrPinnedCopyMismatch:
+// the job is never pinned to a spec other than the one it was hashed from.
+func ensureCopy(ctx context.Context, r client.Reader, c client.Writer, want *trainer.TrainingRuntime) error {
+	key := client.ObjectKeyFromObject(want)
+	hash := want.Annotations[AnnotationHash]
+	for range maxPinAttempts {
+		err := c.Create(ctx, want.DeepCopy())
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		var have trainer.TrainingRuntime
+		if err := r.Get(ctx, key, &have); apierrors.IsNotFound(err) {
+			continue // collected in between: create it again
+		} else if err != nil {
+			return err
+		}
+		if err := samePinned(&have, hash); err != nil {
+			return err
+		}
+		if have.DeletionTimestamp != nil {
+			return fmt.Errorf("pinned copy %s is being deleted; retry", key)
+		}
+		have.Annotations[AnnotationPinnedAt] = want.Annotations[AnnotationPinnedAt]
+		err = c.Update(ctx, &have)
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return fmt.Errorf("pinned copy %s kept changing over %d attempts; retry", key, maxPinAttempts)
+}
+
+// samePinned checks that rt is a pinned copy of the content hash says.
+func samePinned(rt *trainer.TrainingRuntime, hash string) error {
+	_, have, err := Encode(rt.Spec)
+	if err != nil {
+		return err
+	}
+	if rt.Labels[LabelPinned] != "true" || rt.Annotations[AnnotationHash] != hash || have != hash {
+		return fmt.Errorf("%w: TrainingRuntime %q in namespace %q holds %s (annotated %q), this job's runtime hashes %s; an administrator must delete it",
+			ErrPinnedCopyMismatch, rt.Name, rt.Namespace, have, rt.Annotations[AnnotationHash], hash)
+	}
+	return nil
+}
+
 // pinnedName is the copy's name: the source's, shortened, and the hash, so
 // equal content is shared and different content never collides.
 func pinnedName(source, hash string) string {
@@ -82,39 +167,6 @@ func pinnedName(source, hash string) string {
 		source = strings.TrimRight(source[:50], "-.")
 	}
 	return source + "-" + h
-}
-
-// PinnedRuntimePolicy is a ValidatingAdmissionPolicy, with its binding,
-// that refuses changes to a pinned runtime's spec. It needs no webhook: the
-// API server enforces it even while the hub is down.
-func PinnedRuntimePolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
-	name := "trainyard-pinned-runtimes"
-	policy := &admissionv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionv1.Fail),
-			MatchConstraints: &admissionv1.MatchResources{
-				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelPinned: "true"}},
-				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Update},
-					Rule: admissionv1.Rule{APIGroups: []string{trainer.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"trainingruntimes"}},
-				}}},
-			},
-			Validations: []admissionv1.Validation{{
-				Expression: "object.spec == oldObject.spec",
-				Message:    "this TrainingRuntime is a trainyard pinned copy used by submitted TrainJobs; its spec cannot change (edit the source runtime instead)",
-			}},
-		},
-	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        name,
-			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-		},
-	}
-	return policy, binding
 }
 
 // defaultFluxNodes fills a Flux job's spec.trainer.numNodes from its

@@ -41,6 +41,9 @@ func Take(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*v1alpha1
 	if liveErr != nil && !errors.Is(liveErr, ErrRuntimeNotFound) {
 		return nil, liveErr
 	}
+	if err := checkPinned(tj, kind, live); err != nil {
+		return nil, err
+	}
 	fromTrainer, err := trainerSnapshot(ctx, c, tj)
 	if err != nil {
 		return nil, err
@@ -67,6 +70,26 @@ func Take(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*v1alpha1
 			ErrSnapshotMismatch, tj.Name, TrainerSnapshotSuffix, snap.Hash, against, want)
 	}
 	return snap, nil
+}
+
+// checkPinned refuses a live runtime whose content is not the one tj was
+// pinned to: a pinned copy changed under the hub (by a client the policy
+// does not stop, or deleted and re-created with other content) must not
+// run, since Kueue admitted the job for the recorded content.
+func checkPinned(tj *trainer.TrainJob, kind v1alpha1.RuntimeKind, live *trainer.TrainingRuntimeSpec) error {
+	want := tj.Annotations[AnnotationHash]
+	if want == "" || live == nil {
+		return nil
+	}
+	_, have, err := Encode(*live)
+	if err != nil {
+		return err
+	}
+	if have != want {
+		return fmt.Errorf("%w: %s %q holds %s, the job was pinned to %s (the pinned copy was changed after the job was created)",
+			ErrSnapshotMismatch, kind, tj.Spec.RuntimeRef.Name, have, want)
+	}
+	return nil
 }
 
 // readRuntime reads the spec of the runtime tj names.

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
@@ -292,6 +293,10 @@ func TestPinCreatesCopy(t *testing.T) {
 				t.Fatalf("got %d pinned copies, want 1", len(copies))
 			}
 			got := copies[0]
+			if _, err := time.Parse(time.RFC3339, got.Annotations[AnnotationPinnedAt]); err != nil {
+				t.Errorf("pinned copy's %s: %v", AnnotationPinnedAt, err)
+			}
+			delete(got.Annotations, AnnotationPinnedAt)
 			want := trainer.TrainingRuntime{
 				ObjectMeta: metav1.ObjectMeta{Name: wantName, Namespace: ns,
 					Labels: map[string]string{LabelPinned: "true"}, Annotations: wantAnn},
@@ -336,26 +341,25 @@ func TestPinReusesCopyOfSameContent(t *testing.T) {
 	}
 }
 
-func TestPinLeavesPinnedJobAlone(t *testing.T) {
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-	tj := tyt.MakeTrainJob("train", ns).Obj()
-	mustPin(t, c, tj)
-	// Edit the source: a second pass (webhook reinvocation) must not re-pin.
-	var src trainer.ClusterTrainingRuntime
-	if err := c.Get(context.Background(), client.ObjectKey{Name: "torch-distributed"}, &src); err != nil {
-		t.Fatal(err)
-	}
-	src.Spec = tyt.TorchRuntimeSpec(5)
-	if err := c.Update(context.Background(), &src); err != nil {
-		t.Fatal(err)
-	}
-	before := tj.DeepCopy()
-	mustPin(t, c, tj)
-	if diff := cmp.Diff(before, tj); diff != "" {
-		t.Errorf("Pin changed a pinned job (-before +after):\n%s", diff)
-	}
-	if n := len(pinnedCopies(t, c, ns)); n != 1 {
-		t.Errorf("got %d pinned copies, want 1", n)
+// TestPinRefusesPresetAnnotations: a job that arrives with either pin
+// annotation is refused, whatever runtime it names, and nothing is pinned.
+func TestPinRefusesPresetAnnotations(t *testing.T) {
+	for _, key := range []string{AnnotationSource, AnnotationHash} {
+		t.Run(key, func(t *testing.T) {
+			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			tj := tyt.MakeTrainJob("train", ns).Obj()
+			tj.Annotations = map[string]string{key: "sha256:0123"}
+			before := tj.DeepCopy()
+			if err := Pin(context.Background(), c, c, tj); !errors.Is(err, ErrPresetPin) {
+				t.Fatalf("Pin error = %v, want %v", err, ErrPresetPin)
+			}
+			if diff := cmp.Diff(before, tj); diff != "" {
+				t.Errorf("a refused Pin changed the job (-before +after):\n%s", diff)
+			}
+			if n := len(pinnedCopies(t, c, ns)); n != 0 {
+				t.Errorf("got %d pinned copies, want none", n)
+			}
+		})
 	}
 }
 

@@ -42,10 +42,11 @@ const (
 //
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 
-// ErrSnapshotMismatch: Trainer's runtime snapshot of the TrainJob holds
-// another spec than the runtime trainyard pinned, or is not a valid
-// snapshot of it.
-var ErrSnapshotMismatch = errors.New("Trainer's runtime snapshot does not match the pinned runtime")
+// ErrSnapshotMismatch: the runtime a TrainJob names now holds another spec
+// than the one it was pinned to, or Trainer's runtime snapshot of the
+// TrainJob holds another spec than the runtime trainyard pinned, or is not a
+// valid snapshot of it.
+var ErrSnapshotMismatch = errors.New("the runtime does not match the one the job was pinned to")
 
 // snapshotRuntime is the part of a snapshotted runtime object Take reads:
 // TrainingRuntime and ClusterTrainingRuntime share it.

@@ -13,6 +13,7 @@ import (
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -33,6 +34,8 @@ type PinWebhook struct {
 	// runtime exists through its own informer cache, which is fed by the
 	// same API server watch, and refuses the job if the copy is not there yet.
 	Cache client.Reader
+	// Clock stamps AnnotationPinnedAt (default: the real clock).
+	Clock clock.PassiveClock
 }
 
 // visibleTimeout bounds the wait for a new pinned copy to reach the caches.
@@ -50,12 +53,22 @@ func (w *PinWebhook) Handle(ctx context.Context, req admission.Request) admissio
 	if tj.Namespace == "" {
 		tj.Namespace = req.Namespace
 	}
+	if err := refusePreset(&tj); err != nil {
+		return admission.Denied(err.Error())
+	}
 	if ptr.Deref(req.DryRun, false) {
 		// Pinning creates an object; a dry run must not.
 		return admission.Allowed("dry run: runtime not pinned")
 	}
-	if err := Pin(ctx, w.Reader, w.Writer, &tj); err != nil {
-		if errors.Is(err, ErrRuntimeNotFound) || errors.Is(err, ErrUnsupportedRuntime) {
+	var now time.Time
+	if w.Clock != nil {
+		now = w.Clock.Now()
+	} else {
+		now = time.Now()
+	}
+	if err := pinAt(ctx, w.Reader, w.Writer, &tj, now); err != nil {
+		if errors.Is(err, ErrRuntimeNotFound) || errors.Is(err, ErrUnsupportedRuntime) || errors.Is(err, ErrPinnedCopyMismatch) ||
+			errors.Is(err, ErrSnapshotMismatch) {
 			return admission.Denied("trainyard cannot pin the runtime of this TrainJob: " + err.Error())
 		}
 		return admission.Errored(http.StatusInternalServerError, err)
@@ -93,7 +106,9 @@ func waitVisible(ctx context.Context, cache client.Reader, key client.ObjectKey)
 
 // WebhookConfiguration registers the pinning webhook at url with caBundle,
 // for TrainJobs that carry a Kueue queue label. It fails closed: a queued
-// TrainJob is never created with an unpinned runtime.
+// TrainJob is never created with an unpinned runtime. It is never
+// reinvoked: a reinvocation would see the pin annotations it set itself,
+// which it cannot tell from ones a tenant wrote.
 func WebhookConfiguration(url string, caBundle []byte) *admissionregv1.MutatingWebhookConfiguration {
 	return &admissionregv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "trainyard-pin-runtime"},
@@ -111,7 +126,7 @@ func WebhookConfiguration(url string, caBundle []byte) *admissionregv1.MutatingW
 			}}},
 			FailurePolicy:      ptr.To(admissionregv1.Fail),
 			SideEffects:        ptr.To(admissionregv1.SideEffectClassNoneOnDryRun),
-			ReinvocationPolicy: ptr.To(admissionregv1.IfNeededReinvocationPolicy),
+			ReinvocationPolicy: ptr.To(admissionregv1.NeverReinvocationPolicy),
 			TimeoutSeconds:     ptr.To[int32](10),
 		}},
 	}

@@ -93,7 +93,6 @@ func TestPinWebhookAllowsWithoutPinning(t *testing.T) {
 		"a delete":                           {op: admissionv1.Delete, tj: runtimeRef(trainer.ClusterTrainingRuntimeKind, "torch-distributed")},
 		"a connect":                          {op: admissionv1.Connect, tj: runtimeRef(trainer.ClusterTrainingRuntimeKind, "missing")},
 		"an update of an unsupported kind":   {op: admissionv1.Update, tj: runtimeRef("Other", "x")},
-		"a create of an already pinned job":  {op: admissionv1.Create, tj: pinnedJob()},
 		"a dry-run create of an unsupported": {op: admissionv1.Create, tj: runtimeRef("Other", "x"), dryRun: true},
 	}
 	for name, tc := range cases {
@@ -143,6 +142,29 @@ func TestPinWebhookRefuses(t *testing.T) {
 			},
 			wantCode: http.StatusForbidden,
 			wantMsg:  []string{"unsupported runtime kind", `"Other"`},
+		},
+		"a job created with the pin annotations": {
+			req: func(t *testing.T) admission.Request {
+				return admissionRequest(t, admissionv1.Create, pinnedJob(), false)
+			},
+			wantCode: http.StatusForbidden,
+			wantMsg:  []string{"set by trainyard only", AnnotationSource, AnnotationHash},
+		},
+		"a dry-run create with the pin annotations": {
+			req: func(t *testing.T) admission.Request {
+				return admissionRequest(t, admissionv1.Create, pinnedJob(), true)
+			},
+			wantCode: http.StatusForbidden,
+			wantMsg:  []string{"set by trainyard only"},
+		},
+		"a job created with only the hash annotation": {
+			req: func(t *testing.T) admission.Request {
+				tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
+				tj.Annotations = map[string]string{AnnotationHash: ""}
+				return admissionRequest(t, admissionv1.Create, tj, false)
+			},
+			wantCode: http.StatusForbidden,
+			wantMsg:  []string{"set by trainyard only"},
 		},
 		"an object that is not JSON": {
 			req: func(*testing.T) admission.Request {

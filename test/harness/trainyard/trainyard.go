@@ -54,6 +54,9 @@ type Options struct {
 	LeaseDuration      time.Duration
 	LeaseGrace         time.Duration
 	LeaseRenewInterval time.Duration
+	// PinnedRuntimeGracePeriod of the hub's collector of pinned runtime
+	// copies (default if 0).
+	PinnedRuntimeGracePeriod time.Duration
 	// DisruptionThreshold of the hub (default if 0).
 	DisruptionThreshold float64
 	// FenceMaxDeletes bounds the agents' fence passes (default if 0).
@@ -135,6 +138,7 @@ func Start(ctx context.Context, fleet *kube.Fleet, o Options) (*Controllers, err
 	}
 	hubOpts.Options = hub.Options{Lease: targets.LeaseSettings{
 		Duration: o.LeaseDuration, Grace: o.LeaseGrace, DisruptionThreshold: o.DisruptionThreshold}}
+	hubOpts.Options.PinnedRuntimeGracePeriod = o.PinnedRuntimeGracePeriod
 	hubCfg, err := hubIdentity(ctx, fleet.Hub)
 	if err != nil {
 		return nil, err

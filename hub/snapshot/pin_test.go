@@ -1,0 +1,195 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+// squatter is a TrainingRuntime a tenant made under the name the webhook
+// will compute for torch-distributed as it is now.
+func squatter(t *testing.T, mutate func(*trainer.TrainingRuntime)) *trainer.TrainingRuntime {
+	t.Helper()
+	_, hash := mustEncode(t, tyt.TorchRuntimeSpec(1))
+	rt := trainingRuntime(pinnedName("torch-distributed", hash), ns, tyt.TorchRuntimeSpec(1))
+	rt.Labels = map[string]string{LabelPinned: "true"}
+	rt.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: hash}
+	mutate(rt)
+	return rt
+}
+
+// TestPinRefusesCopyOfOtherContent: a TrainingRuntime already under the
+// computed name is used only if it is a pinned copy of the same content.
+func TestPinRefusesCopyOfOtherContent(t *testing.T) {
+	cases := map[string]func(*trainer.TrainingRuntime){
+		"a bigger spec under the pinned name": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8) },
+		"a bigger spec annotated with its own hash": func(rt *trainer.TrainingRuntime) {
+			rt.Spec = tyt.TorchRuntimeSpec(8)
+			_, rt.Annotations[AnnotationHash], _ = Encode(rt.Spec)
+		},
+		"the right spec without the pinned label":    func(rt *trainer.TrainingRuntime) { rt.Labels = nil },
+		"the right spec annotated with another hash": func(rt *trainer.TrainingRuntime) { rt.Annotations[AnnotationHash] = "sha256:0123" },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			rt := squatter(t, mutate)
+			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
+			tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
+			before := tj.DeepCopy()
+			err := Pin(context.Background(), c, c, tj)
+			if !errors.Is(err, ErrPinnedCopyMismatch) {
+				t.Fatalf("Pin error = %v, want %v", err, ErrPinnedCopyMismatch)
+			}
+			if diff := cmp.Diff(before, tj); diff != "" {
+				t.Errorf("a refused Pin changed the job (-before +after):\n%s", diff)
+			}
+			// The webhook turns it into a denial naming the copy.
+			w := &PinWebhook{Reader: c, Writer: c}
+			resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tj, false))
+			if resp.Allowed || resp.Result.Code != http.StatusForbidden || !strings.Contains(resp.Result.Message, rt.Name) {
+				t.Errorf("webhook allowed=%v result=%+v, want a 403 naming %s", resp.Allowed, resp.Result, rt.Name)
+			}
+		})
+	}
+}
+
+// TestPinTouchesReusedCopy: reusing a copy stamps AnnotationPinnedAt, an
+// update at the version read, so a collector holding an older version
+// cannot delete it.
+func TestPinTouchesReusedCopy(t *testing.T) {
+	rt := squatter(t, func(rt *trainer.TrainingRuntime) { rt.Annotations[AnnotationPinnedAt] = "2020-01-01T00:00:00Z" })
+	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
+	var old trainer.TrainingRuntime
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(rt), &old); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	tj := tyt.MakeTrainJob("train", ns).Obj()
+	if err := pinAt(context.Background(), c, c, tj, now); err != nil {
+		t.Fatal(err)
+	}
+	var got trainer.TrainingRuntime
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(rt), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[AnnotationPinnedAt] != now.Format(time.RFC3339) {
+		t.Errorf("%s = %q, want %s", AnnotationPinnedAt, got.Annotations[AnnotationPinnedAt], now.Format(time.RFC3339))
+	}
+	err := c.Delete(context.Background(), &old, client.Preconditions{UID: &old.UID, ResourceVersion: &old.ResourceVersion})
+	if !apierrors.IsConflict(err) {
+		t.Errorf("delete at the version read before the pin: %v, want a conflict", err)
+	}
+}
+
+// TestPinRecreatesCopyCollectedMidway: the copy exists when Pin creates it
+// and is gone when Pin reads it, or when Pin touches it; Pin creates it
+// again rather than point the job at nothing.
+func TestPinRecreatesCopyCollectedMidway(t *testing.T) {
+	for _, at := range []string{"get", "update"} {
+		t.Run("collected before the "+at, func(t *testing.T) {
+			rt := squatter(t, func(*trainer.TrainingRuntime) {})
+			collected := false
+			collect := func(ctx context.Context, c client.WithWatch) {
+				if !collected {
+					collected = true
+					if err := c.Delete(ctx, rt.DeepCopy()); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			c := fake.NewClientBuilder().WithScheme(testScheme()).
+				WithObjects(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt).
+				WithInterceptorFuncs(interceptor.Funcs{
+					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, o ...client.GetOption) error {
+						if _, ok := obj.(*trainer.TrainingRuntime); ok && at == "get" && key.Name == rt.Name {
+							collect(ctx, c)
+						}
+						return c.Get(ctx, key, obj, o...)
+					},
+					Update: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.UpdateOption) error {
+						if at == "update" {
+							collect(ctx, c)
+						}
+						return c.Update(ctx, obj, o...)
+					},
+				}).Build()
+			tj := tyt.MakeTrainJob("train", ns).Obj()
+			mustPin(t, c, tj)
+			if !collected {
+				t.Fatal("the copy was never collected: the test did not exercise the race")
+			}
+			var got trainer.TrainingRuntime
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: tj.Spec.RuntimeRef.Name}, &got); err != nil {
+				t.Fatalf("the job points at %s: %v", tj.Spec.RuntimeRef.Name, err)
+			}
+		})
+	}
+}
+
+// TestTakeRefusesChangedPinnedCopy: a pinned copy whose content changed
+// under the hub (a privileged client past the policy, or a delete and a
+// re-create) is not dispatched.
+func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
+	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	tj := tyt.MakeTrainJob("train", ns).Obj()
+	mustPin(t, c, tj)
+	if _, err := Take(context.Background(), c, tj); err != nil {
+		t.Fatalf("Take of the untouched copy: %v", err)
+	}
+	cases := map[string]func(*trainer.TrainingRuntime){
+		"a bigger spec": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8) },
+		"a bigger spec, annotated to match it": func(rt *trainer.TrainingRuntime) {
+			rt.Spec = tyt.TorchRuntimeSpec(8)
+			rt.Annotations[AnnotationHash] = "x"
+		},
+		"a bigger spec, unlabelled": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8); rt.Labels = nil },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			tj := tyt.MakeTrainJob("train", ns).Obj()
+			mustPin(t, c, tj)
+			var rt trainer.TrainingRuntime
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: tj.Spec.RuntimeRef.Name}, &rt); err != nil {
+				t.Fatal(err)
+			}
+			mutate(&rt)
+			if err := c.Update(context.Background(), &rt); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Take(context.Background(), c, tj)
+			if !errors.Is(err, ErrSnapshotMismatch) || !strings.Contains(err.Error(), tj.Annotations[AnnotationHash]) {
+				t.Fatalf("Take error = %v, want %v naming the pinned hash", err, ErrSnapshotMismatch)
+			}
+		})
+	}
+}
+
+// TestPinWebhookStampsClock: the webhook stamps the copy with its clock.
+func TestPinWebhookStampsClock(t *testing.T) {
+	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	w := &PinWebhook{Reader: c, Writer: c, Clock: clocktesting.NewFakePassiveClock(now)}
+	resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).Obj(), false))
+	if !resp.Allowed {
+		t.Fatalf("refused: %+v", resp.Result)
+	}
+	copies := pinnedCopies(t, c, ns)
+	if len(copies) != 1 || copies[0].Annotations[AnnotationPinnedAt] != now.Format(time.RFC3339) {
+		t.Errorf("copies %v, want one stamped %s", copies, now.Format(time.RFC3339))
+	}
+}
