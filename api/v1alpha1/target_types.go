@@ -215,6 +215,30 @@ type SlurmTarget struct {
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="topologyFile must be an absolute path"
 	TopologyFile string `json:"topologyFile,omitempty"`
+	// workDir is the directory each job runs in and writes its output to,
+	// on the cluster's shared filesystem: an absolute path in which %u
+	// stands for the job's mapped Unix user, for example
+	// /scratch/%u/trainyard. The administrator creates it for every mapped
+	// user, owned by that user; each job makes it private (mode 0700), its
+	// output files 0600, and keeps its private files (the MPI hostfile) in
+	// a 0700 directory inside it. Empty: the node-local /tmp, where output
+	// is still 0600 but lives only on the batch host.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="workDir must be an absolute path"
+	// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '..' || s == '.')",message="workDir must not contain . or .. segments"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(/([A-Za-z0-9._+-]|%u)+)+/?$')",message="workDir may hold letters, digits, . _ + - and the %u placeholder, in non-empty segments"
+	WorkDir string `json:"workDir,omitempty"`
+
+	// outputRetentionDays is how long a job's output files and private
+	// directory are kept in the work directory: every job of a user on
+	// this target first removes that user's trainyard output older than
+	// this many days. 0 keeps output until someone removes it.
+	// +optional
+	// +kubebuilder:default=7
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3650
+	OutputRetentionDays *int32 `json:"outputRetentionDays,omitempty"`
 }
 
 // SlurmAuthType is the kind of credential an agent holds for slurmrestd.

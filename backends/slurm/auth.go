@@ -1,7 +1,6 @@
 package slurm
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -70,7 +69,8 @@ func (s *SigningKeySource) Credentials(ctx context.Context, user string) (Creden
 	if err != nil {
 		return Credentials{}, fmt.Errorf("slurm auth: read signing key: %w", err)
 	}
-	key = bytes.TrimRight(key, "\n")
+	// The key is used byte for byte, as slurmctld reads jwt_hs256.key: it
+	// is binary, and a last byte 0x0A is part of it, not a line end.
 	if len(key) < 16 {
 		return Credentials{}, fmt.Errorf("slurm auth: signing key is %d bytes, too short to be a Slurm jwt_key", len(key))
 	}
@@ -140,6 +140,8 @@ func (s *StaticTokenSource) Credentials(ctx context.Context, user string) (Crede
 		if err != nil {
 			return Credentials{}, fmt.Errorf("slurm auth: read token: %w", err)
 		}
+		// A token is text: surrounding white space (a file's line end) and
+		// scontrol's SLURM_JWT= prefix are dropped.
 		tok := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(raw)), "SLURM_JWT="))
 		if tok == "" {
 			return Credentials{}, errors.New("slurm auth: token is empty")

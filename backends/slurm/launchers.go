@@ -20,6 +20,8 @@ const (
 	EnvNprocPerNode  = "TRAINYARD_NPROC_PER_NODE"
 	EnvMPIStarter    = "TRAINYARD_MPI_STARTER"
 	EnvHostfile      = "TRAINYARD_HOSTFILE"
+	EnvWorkDir       = "TRAINYARD_WORKDIR"
+	EnvRetentionDays = "TRAINYARD_RETENTION_DAYS"
 	TorchMasterPort  = 29500
 	MPIStarterSrun   = "srun"
 	MPIStarterMpirun = "mpirun"
@@ -27,10 +29,27 @@ const (
 
 // scriptHeader also gives the job the HOME and PATH a login would: a job
 // submitted through slurmrestd inherits no environment, and Open MPI, for
-// one, refuses to start without a home directory.
-const scriptHeader = "#!/bin/bash\nset -euo pipefail\n" +
+// one, refuses to start without a home directory. umask 077 makes every
+// file the job and its steps create private to the job's user (srun passes
+// the umask on to the tasks).
+//
+// Then it looks after the work directory (TRAINYARD_WORKDIR, the Target's
+// spec.slurm.workDir for this user, or /tmp): a work directory the user owns
+// is made 0700; the job's own output files (Slurm's %x.%j.out/.err, opened
+// before the script runs) are made 0600; and the user's trainyard output and
+// private job directories older than TRAINYARD_RETENTION_DAYS are removed.
+// Only files the user owns are touched, by the user, never through a link.
+const scriptHeader = "#!/bin/bash\nset -euo pipefail\numask 077\n" +
 	`export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"` + "\n" +
-	`if [[ -z "${HOME:-}" ]]; then HOME="$(getent passwd "$(id -u)" | cut -d: -f6)"; export HOME="${HOME:-/tmp}"; fi` + "\n"
+	`if [[ -z "${HOME:-}" ]]; then HOME="$(getent passwd "$(id -u)" | cut -d: -f6)"; export HOME="${HOME:-/tmp}"; fi` + "\n" +
+	`workdir="${TRAINYARD_WORKDIR:-/tmp}"
+if [[ "$workdir" != /tmp && -d "$workdir" && ! -L "$workdir" && -O "$workdir" ]]; then chmod 0700 -- "$workdir"; fi
+for f in "$workdir/${SLURM_JOB_NAME:-}.${SLURM_JOB_ID:-}".{out,err}; do if [[ -f "$f" && ! -L "$f" && -O "$f" ]]; then chmod 0600 -- "$f"; fi; done
+days="${TRAINYARD_RETENTION_DAYS:-0}"
+if [[ "$days" =~ ^[0-9]{1,4}$ ]] && (( 10#$days > 0 )); then
+  find "$workdir" -mindepth 1 -maxdepth 1 -user "$(id -u)" -mmin "+$(( 10#$days * 1440 ))" \( \( -type f \( -name '*-a[0-9]*.[0-9]*.out' -o -name '*-a[0-9]*.[0-9]*.err' \) \) -o \( -type d -name '.trainyard-job.*' \) \) -exec rm -rf -- {} + 2>/dev/null || true
+fi
+`
 
 // argvPrelude decodes TRAINYARD_ARGV into the bash array argv. mapfile reads
 // NUL-terminated records, so any byte but NUL (newlines, quotes, globs, `$(`)
@@ -68,14 +87,20 @@ export PET_NODE_RANK="${SLURM_NODEID:?}"
 // TRAINYARD_MPI_STARTER=mpirun (set by trainyard when the command itself is
 // mpirun or mpiexec) the tenant's mpirun is run once, on the batch host, and
 // finds the hosts through TRAINYARD_HOSTFILE / OMPI_MCA_orte_default_hostfile.
-const mpiScript = scriptHeader + argvPrelude + `hostfile="${TMPDIR:-/tmp}/trainyard-hostfile.${SLURM_JOB_ID:?}"
+// The hostfile lives in a fresh 0700 directory (mktemp -d) in the work
+// directory, never at a name another user could guess and plant first, and
+// goes when the script exits (the retention sweep takes any a killed job
+// leaves), so the ranks are not exec'd.
+const mpiScript = scriptHeader + argvPrelude + `jobdir="$(mktemp -d "$workdir/.trainyard-job.${SLURM_JOB_ID:?}.XXXXXXXX")"
+trap 'rm -rf -- "$jobdir"' EXIT
+hostfile="$jobdir/hostfile"
 slots="${SLURM_NTASKS_PER_NODE:-1}"
 scontrol show hostnames "${SLURM_JOB_NODELIST:?}" | while IFS= read -r host; do printf "%s slots=%s\n" "$host" "$slots"; done > "$hostfile"
 export TRAINYARD_HOSTFILE="$hostfile"
 export OMPI_MCA_orte_default_hostfile="$hostfile"
 case "${TRAINYARD_MPI_STARTER:-srun}" in
-srun) exec srun --mpi=pmix -- "${argv[@]}" ;;
-mpirun) exec -- "${argv[@]}" ;;
+srun) srun --mpi=pmix -- "${argv[@]}" ;;
+mpirun) "${argv[@]}" ;;
 *) echo "trainyard: unknown TRAINYARD_MPI_STARTER" >&2; exit 2 ;;
 esac
 `

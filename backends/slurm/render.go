@@ -44,7 +44,7 @@ type Job struct {
 	GPUsPerNode      int64
 	TimeLimitMinutes int64 // 0: the partition's default
 	Env              []string
-	WorkDir          string // "": left to the submitter (site-specific)
+	WorkDir          string // "": the submitter's default, /tmp
 	StdoutPath       string
 	StderrPath       string
 	Script           string
@@ -198,6 +198,11 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		}
 		env = append(env, EnvMPIStarter+"="+starter)
 	}
+	workDir, err := WorkDir(st, acct.User)
+	if err != nil {
+		return nil, rejected(d, err)
+	}
+	env = append(env, jobFileEnv(st, workDir)...)
 	env = append(env, tenantEnv...)
 
 	var minutes int64
@@ -221,6 +226,7 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		GPUsPerNode:      gpus,
 		TimeLimitMinutes: minutes,
 		Env:              env,
+		WorkDir:          workDir,
 		StdoutPath:       "%x.%j.out",
 		StderrPath:       "%x.%j.err",
 		Script:           script,
@@ -432,13 +438,57 @@ func DecodeArgv(enc string) ([]string, error) {
 	return strings.Split(string(raw[:len(raw)-1]), "\x00"), nil
 }
 
+// DefaultRetentionDays applies when a Target leaves outputRetentionDays unset.
+const DefaultRetentionDays = 7
+
+// WorkDir is the job directory of user on st: spec.slurm.workDir with %u
+// replaced by the user, or "" (the submitter's default, /tmp). The API
+// server validates the template; it is checked again here since the
+// agent must never hand Slurm a relative or climbing path.
+func WorkDir(st *v1alpha1.SlurmTarget, user string) (string, error) {
+	if st.WorkDir == "" {
+		return "", nil
+	}
+	if !userRE.MatchString(user) {
+		return "", fmt.Errorf("mapped user %q is not a valid Unix user name", user)
+	}
+	dir := strings.ReplaceAll(st.WorkDir, "%u", user)
+	if !workDirRE.MatchString(dir) || path.Clean(dir) != strings.TrimSuffix(dir, "/") || dir == "/" {
+		return "", fmt.Errorf("spec.slurm.workDir %q does not give a clean absolute path for user %s", st.WorkDir, user)
+	}
+	return strings.TrimSuffix(dir, "/"), nil
+}
+
+var (
+	userRE    = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	workDirRE = regexp.MustCompile(`^(/[A-Za-z0-9._+-]+)+/?$`)
+)
+
+// jobFileEnv is what the launcher scripts need to keep the job's files
+// private and tidy: the work directory, the retention, and SLURM_UMASK,
+// which slurmstepd applies when it creates the output files (before the
+// script's own umask 077 can).
+func jobFileEnv(st *v1alpha1.SlurmTarget, workDir string) []string {
+	days := int32(DefaultRetentionDays)
+	if st.OutputRetentionDays != nil {
+		days = *st.OutputRetentionDays
+	}
+	if workDir == "" {
+		workDir = "/tmp"
+	}
+	return []string{"SLURM_UMASK=0077", EnvWorkDir + "=" + workDir, EnvRetentionDays + "=" + strconv.Itoa(int(days))}
+}
+
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Names a tenant may not set: they steer the shell before the fixed script
 // runs (BASH_ENV, SHELLOPTS, IFS...), the dynamic loader, or srun, Slurm,
 // PMIx, Open MPI and trainyard itself (srun reads SLURM_* and SRUN_* as its
 // options, which would let a job pick another account or partition for its
-// steps).
+// steps; slurmstepd reads SLURM_UMASK and friends; SPANK plugins take their
+// options from _SLURM_SPANK_OPTION_* and SPANK_*, which would let a job
+// switch on plugin features the site did not give it; scrun reads SCRUN_*).
+// Every name that starts with SLURM, in any case Slurm reads, is refused.
 var (
 	deniedEnvNames = map[string]bool{
 		"BASH_ENV": true, "ENV": true, "LD_PRELOAD": true, "LD_LIBRARY_PATH": true, "LD_AUDIT": true,
@@ -446,7 +496,8 @@ var (
 		constants.TorchEnvNumNodes: true, constants.TorchEnvNumProcPerNode: true, constants.TorchEnvNodeRank: true,
 		constants.TorchEnvMasterAddr: true, constants.TorchEnvMasterPort: true,
 	}
-	deniedEnvPrefixes = []string{"SLURM_", "SRUN_", "SBATCH_", "SALLOC_", "TRAINYARD_", "PMIX_", "OMPI_MCA_"}
+	deniedEnvPrefixes = []string{"SLURM", "_SLURM", "SPANK_", "_SPANK", "SRUN_", "SBATCH_", "SALLOC_", "SCRUN_", "TRAINYARD_",
+		"PMIX_", "PMI_", "OMPI_MCA_", "PRTE_MCA_", "BASH_FUNC_", "LD_"}
 )
 
 // ValidEnvName reports why a tenant may not set the variable name, or nil.
@@ -458,7 +509,7 @@ func ValidEnvName(name string) error {
 		return fmt.Errorf("env %s is reserved and may not be set", name)
 	}
 	for _, p := range deniedEnvPrefixes {
-		if strings.HasPrefix(name, p) {
+		if strings.HasPrefix(strings.ToUpper(name), p) {
 			return fmt.Errorf("env %s is reserved (%s* is set by trainyard or Slurm only)", name, p)
 		}
 	}

@@ -141,7 +141,7 @@ func TestRender(t *testing.T) {
 				}
 				var tenant []string
 				for _, e := range j.Env {
-					if !strings.HasPrefix(e, "TRAINYARD_") {
+					if !strings.HasPrefix(e, "TRAINYARD_") && !strings.HasPrefix(e, "SLURM_UMASK=") {
 						tenant = append(tenant, e)
 					}
 				}
@@ -378,7 +378,9 @@ exit 9
 // variables the launchers give it.
 const stubProg = `#!/bin/bash
 printf "%s\0" "$@" > "$OUT"
-{ env | grep -E "^(PET_|TRAINYARD_HOSTFILE|EVIL)" | sort; } > "$OUT.env"
+{ env | grep -E "^(PET_|TRAINYARD_HOSTFILE|EVIL)" | sed -E 's|(/\.trainyard-job\.7\.)[A-Za-z0-9]{8}/|\1XXXXXXXX/|' | sort; } > "$OUT.env"
+if [[ -n "${TRAINYARD_HOSTFILE:-}" ]]; then cp "$TRAINYARD_HOSTFILE" "$OUT.hostfile"; stat -c %a "$(dirname "$TRAINYARD_HOSTFILE")" > "$OUT.hostdir"; fi
+touch "$OUT.made"; stat -c %a "$OUT.made" > "$OUT.mode"
 `
 
 // TestLauncherScripts runs each launcher's full script under bash with stub
@@ -392,14 +394,18 @@ func TestLauncherScripts(t *testing.T) {
 		wantEnv  []string
 	}{
 		{v1alpha1.LauncherTorchrun, "trainprog", []string{"EVIL=$(touch MARK)", "PET_MASTER_ADDR=n1", "PET_MASTER_PORT=29500", "PET_NNODES=2", "PET_NODE_RANK=0", "PET_NPROC_PER_NODE=4"}},
-		{v1alpha1.LauncherMPI, "trainprog", []string{"EVIL=$(touch MARK)", "TRAINYARD_HOSTFILE=TMP/trainyard-hostfile.7"}},
-		{v1alpha1.LauncherMPI, "mpirun", []string{"EVIL=$(touch MARK)", "TRAINYARD_HOSTFILE=TMP/trainyard-hostfile.7"}},
+		{v1alpha1.LauncherMPI, "trainprog", []string{"EVIL=$(touch MARK)", "TRAINYARD_HOSTFILE=WORK/.trainyard-job.7.XXXXXXXX/hostfile"}},
+		{v1alpha1.LauncherMPI, "mpirun", []string{"EVIL=$(touch MARK)", "TRAINYARD_HOSTFILE=WORK/.trainyard-job.7.XXXXXXXX/hostfile"}},
 		{v1alpha1.LauncherFlux, "trainprog", []string{"EVIL=$(touch MARK)"}},
 	} {
 		t.Run(string(l.launcher)+"-"+l.argv0, func(t *testing.T) {
 			dir := t.TempDir()
 			bin := filepath.Join(dir, "bin")
 			tmp := filepath.Join(dir, "tmp")
+			work := filepath.Join(dir, "work", "u")
+			if err := os.MkdirAll(work, 0o755); err != nil {
+				t.Fatal(err)
+			}
 			for _, p := range []string{bin, tmp} {
 				if err := os.Mkdir(p, 0o755); err != nil {
 					t.Fatal(err)
@@ -421,8 +427,17 @@ func TestLauncherScripts(t *testing.T) {
 			argv := append([]string{l.argv0}, hostileArgs(marker)...)
 			tj := tytest.MakeTrainJob("train", "team-a").GPUsPerNode(4).Command(argv[:1], argv[1:]...).Obj()
 			tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "EVIL", Value: "$(touch " + marker + ")"}}
-			j, err := Render(dispatch(caseSpec{tj: tj, rt: rt}), target().Obj())
+			tgt := target().Obj()
+			tgt.Spec.Slurm.WorkDir = filepath.Join(dir, "work", "%u")
+			j, err := Render(dispatch(caseSpec{tj: tj, rt: rt}), tgt)
 			if err != nil {
+				t.Fatal(err)
+			}
+			if j.WorkDir != strings.ReplaceAll(tgt.Spec.Slurm.WorkDir, "%u", j.User) {
+				t.Fatalf("work dir %q for user %q", j.WorkDir, j.User)
+			}
+			work = j.WorkDir
+			if err := os.MkdirAll(work, 0o755); err != nil {
 				t.Fatal(err)
 			}
 			if j.Launcher != l.launcher {
@@ -455,16 +470,28 @@ func TestLauncherScripts(t *testing.T) {
 			}
 			var want []string
 			for _, e := range l.wantEnv {
-				want = append(want, strings.NewReplacer("MARK", marker, "TMP", tmp).Replace(e))
+				want = append(want, strings.NewReplacer("MARK", marker, "WORK", work).Replace(e))
 			}
 			if got := strings.Fields(strings.ReplaceAll(string(rawEnv), "touch ", "touch_")); !reflect.DeepEqual(got, strings.Fields(strings.ReplaceAll(strings.Join(want, "\n"), "touch ", "touch_"))) {
 				t.Errorf("program env = %q, want %q", rawEnv, want)
 			}
 			if l.launcher == v1alpha1.LauncherMPI {
-				hf, err := os.ReadFile(filepath.Join(tmp, "trainyard-hostfile.7"))
+				hf, err := os.ReadFile(out + ".hostfile")
 				if err != nil || string(hf) != "n1 slots=4\nn2 slots=4\n" {
 					t.Errorf("hostfile = %q, %v", hf, err)
 				}
+				if mode, _ := os.ReadFile(out + ".hostdir"); strings.TrimSpace(string(mode)) != "700" {
+					t.Errorf("the hostfile's directory has mode %q, want 700", mode)
+				}
+				if left, _ := filepath.Glob(filepath.Join(work, ".trainyard-job.*")); len(left) != 0 {
+					t.Errorf("the job's private directory outlived it: %v", left)
+				}
+			}
+			if mode, _ := os.ReadFile(out + ".mode"); strings.TrimSpace(string(mode)) != "600" {
+				t.Errorf("a file the program made has mode %q, want 600 (umask 077)", mode)
+			}
+			if fi, err := os.Stat(work); err != nil || fi.Mode().Perm() != 0o700 {
+				t.Errorf("work dir mode %v (%v), want 0700", fi.Mode().Perm(), err)
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Error("a hostile argument or env value ran a command")

@@ -90,6 +90,8 @@ type SlurmTarget struct {
 	PollInterval time.Duration
 	// Launchers the cluster offers (empty: Torchrun and MPI).
 	Launchers []v1alpha1.Launcher
+	// WorkDir is spec.slurm.workDir; the suite makes the users' folders.
+	WorkDir string
 }
 
 // Controllers are the running hub and agents.
@@ -237,6 +239,7 @@ func registerSlurmTarget(ctx context.Context, h *kube.Cluster, st SlurmTarget, o
 		w.SlurmAccount(a)
 	}
 	w.Spec.Slurm.Launchers = st.Launchers
+	w.Spec.Slurm.WorkDir = st.WorkDir
 	return createTarget(ctx, h, w.Obj())
 }
 

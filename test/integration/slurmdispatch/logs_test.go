@@ -43,7 +43,7 @@ func TestLogsThroughTheAgent(t *testing.T) {
 // read that file for it.
 func TestLogsRefuseASwappedOutputFile(t *testing.T) {
 	makeRuntime(t, "swap-slurm", tytesting.TorchRuntimeSpec(1))
-	swap := `cd /tmp && echo innocent && ln -sfn /etc/shadow "$SLURM_JOB_NAME.$SLURM_JOB_ID.out"`
+	swap := `echo innocent && ln -sfn /etc/shadow "$SLURM_JOB_NAME.$SLURM_JOB_ID.out"` // in the job's work dir
 	tj := submit(t, trainJob("swapped", "swap-slurm", 1, 1, "bash", "-c", swap))
 	dispatchOf(t, tj, phaseIs(v1alpha1.DispatchSucceeded))
 

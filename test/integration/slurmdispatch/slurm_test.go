@@ -132,11 +132,16 @@ func trainJobCondition(t *testing.T, tj *trainer.TrainJob, typ string) metav1.Co
 	return cond
 }
 
-// output reads a finished job's stdout file (relative to its working
-// directory, /tmp, in the chroot).
+// outputPath is where a job's stdout is, in the chroot: its user's work
+// directory.
+func outputPath(d v1alpha1.Dispatch, user string) string {
+	return strings.ReplaceAll(workDir, "%u", user) + "/" + d.Status.Remote.Name + "." + d.Status.Remote.ID + ".out"
+}
+
+// output reads a finished job's stdout file.
 func output(t *testing.T, d v1alpha1.Dispatch) string {
 	t.Helper()
-	path := env.cluster.Path("/tmp/" + d.Status.Remote.Name + "." + d.Status.Remote.ID + ".out")
+	path := env.cluster.Path(outputPath(d, slurmUser))
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("job output: %v", err)

@@ -9,6 +9,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +32,9 @@ const (
 	targetName = "hpc"
 	// slurmUser is who team-a's jobs run as, set by the administrator.
 	slurmUser = "alice"
+	// workDir is the Target's spec.slurm.workDir; makeWorkDirs makes it for
+	// alice and bob, as an administrator would.
+	workDir = "/scratch/%u/trainyard"
 )
 
 var env struct {
@@ -67,6 +72,10 @@ func run(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, "slurmrestd client:", err)
 		return 1
 	}
+	if err := makeWorkDirs(ctx, "alice", "bob"); err != nil {
+		fmt.Fprintln(os.Stderr, "make work directories:", err)
+		return 1
+	}
 	if err := buildMPIHello(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "build MPI hello:", err)
 		return 1
@@ -97,6 +106,7 @@ func run(m *testing.M) (code int) {
 			// Flux is not packaged here: TestFluxLauncherCommands puts a
 			// stand-in flux on the nodes.
 			Launchers: []v1alpha1.Launcher{v1alpha1.LauncherTorchrun, v1alpha1.LauncherMPI, v1alpha1.LauncherFlux},
+			WorkDir:   workDir,
 		}},
 	})
 	if err != nil {
@@ -124,6 +134,21 @@ int main(int argc, char **argv) {
   return 0;
 }
 `
+
+// makeWorkDirs makes each user's work directory, owned by the user and
+// readable by all (each job makes it private itself).
+func makeWorkDirs(ctx context.Context, users ...string) error {
+	for _, u := range users {
+		dir := strings.ReplaceAll(workDir, "%u", u)
+		if _, err := env.cluster.Exec(ctx, "install", "-d", "-m", "0755", path.Dir(path.Dir(dir))); err != nil {
+			return err
+		}
+		if _, err := env.cluster.Exec(ctx, "install", "-d", "-m", "0755", "-o", u, "-g", u, path.Dir(dir), dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // buildMPIHello compiles the MPI program in alice's home with the chroot's
 // Open MPI, as a user of the cluster would.
