@@ -21,6 +21,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
@@ -96,9 +97,16 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		// ConfigMap of the cluster.
 		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}}}},
 		// Of all Leases, the hub watches only its agents' (hub/targets).
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: {Label: agentLeases()},
-		}},
+		// No cached object keeps its managed fields (the hub never reads
+		// them), and Dispatches keep only what the hub reads of them, so
+		// finished ones cost little while they stay (dispatch.CacheTransform).
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&coordinationv1.Lease{}: {Label: agentLeases()},
+				&v1alpha1.Dispatch{}:    {Transform: dispatch.CacheTransform},
+			},
+		},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir,
 		}),

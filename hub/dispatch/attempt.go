@@ -60,32 +60,34 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if busy, err := r.attemptUnderWay(ctx, wl); err != nil || busy {
+	if r.attemptUnderWay(s) {
 		// The cache lags a Dispatch just written: look again shortly.
-		return ctrl.Result{RequeueAfter: time.Second}, err
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	req := requestOf(wl)
 	if req.QueueFlavors, err = r.queueFlavors(ctx, wl); err != nil {
 		return ctrl.Result{}, err
 	}
 	// Whether each target could ever run the job does not change while
-	// placement runs: it is asked before taking the lock.
+	// placement runs: it is asked before choosing.
 	ineligible, err := r.ineligibleTargets(ctx, wl, tj, rt, req)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// Choosing a target and recording the Dispatch happen under one lock,
-	// so concurrent workers never book the same GPUs (see ledger).
 	start := time.Now()
-	r.ledger.mu.Lock()
-	decision, d, err := r.placeAndCreate(ctx, s, tj, rt, req, ineligible)
-	r.ledger.mu.Unlock()
-	metrics.ObserveDecision(decision.Target, start)
+	attempt := nextAttemptNumber(s)
+	b, err := r.chooseAndBook(ctx, wl, req, ineligible, dispatchName(wl, attempt))
 	if err != nil {
+		metrics.ObserveDecision("", start)
 		var noPlace placementError
 		if errors.As(err, &noPlace) {
 			return r.noPlacement(ctx, s, noPlace.err)
 		}
+		return ctrl.Result{}, err
+	}
+	d, err := r.write(ctx, s, tj, rt, req, b, attempt)
+	metrics.ObserveDecision(b.decision.Target, start)
+	if err != nil {
 		if apierrors.IsInvalid(err) {
 			// The API server will refuse the same Dispatch on every pass:
 			// say so and release the quota rather than loop.
@@ -93,7 +95,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 		}
 		return ctrl.Result{}, err
 	}
-	attempt := d.Spec.Attempt
+	decision := b.decision
 	metrics.Dispatched(decision.Target, metrics.ResultDispatched)
 	msg := fmt.Sprintf("dispatched to target %s (attempt %d), waiting for its agent", decision.Target, attempt)
 	if err := r.setCheck(ctx, s, kueue.CheckStatePending, msg); err != nil {
@@ -104,10 +106,22 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
 }
 
-// attemptUnderWay asks the API server, not the cache, whether a Dispatch of
-// wl that is not being deleted exists: a reconcile right after the one that
-// created it may not see it in the cache and would start a second attempt.
-func (r *Reconciler) attemptUnderWay(ctx context.Context, wl *kueue.Workload) (bool, error) {
+// attemptUnderWay reports whether the Workload has a Dispatch that is not
+// being deleted, as the cache shows it or as this hub booked it and the
+// watch has not shown it yet: a pass right after the one that wrote it must
+// not start a second attempt.
+func (r *Reconciler) attemptUnderWay(s *state) bool {
+	for i := range s.dispatches {
+		if s.dispatches[i].DeletionTimestamp.IsZero() {
+			return true
+		}
+	}
+	return r.flight.booked(s.wl.UID)
+}
+
+// liveAttemptExists asks the API server, not the cache, whether a Dispatch
+// of wl that is not being deleted exists.
+func (r *Reconciler) liveAttemptExists(ctx context.Context, wl *kueue.Workload) (bool, error) {
 	if r.live == nil {
 		return false, nil
 	}
@@ -129,37 +143,101 @@ type placementError struct{ err error }
 
 func (e placementError) Error() string { return e.err.Error() }
 
-// placeAndCreate chooses a target and writes the Dispatch; the caller holds
-// the ledger lock.
-func (r *Reconciler) placeAndCreate(ctx context.Context, s *state, tj *trainer.TrainJob,
-	rt *v1alpha1.RuntimeSnapshot, req placement.Request, ineligible map[string]string) (placement.Decision, *v1alpha1.Dispatch, error) {
-	decision, err := r.place(ctx, req, ineligible)
-	if err != nil {
-		if errors.Is(err, placement.ErrNoTarget) || errors.Is(err, placement.ErrNoCapacity) ||
-			errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible) {
-			return decision, nil, placementError{err}
+// booking is a decision whose GPUs are booked in flight, not yet written.
+type booking struct {
+	decision placement.Decision
+	target   *v1alpha1.Target
+	key      string // the Dispatch's namespace/name
+}
+
+// chooseAndBook chooses a target and books the job's GPUs there. It is the
+// only step under the in-flight lock, and it is pure: Targets come from the
+// cache, what is in flight from the watch (inflight), and no API call is
+// made. A job that finds no room is recorded as waiting under the same lock.
+func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req placement.Request,
+	ineligible map[string]string, name string) (booking, error) {
+	r.flight.mu.Lock()
+	defer r.flight.mu.Unlock()
+	var targets v1alpha1.TargetList
+	if err := r.client.List(ctx, &targets); err != nil {
+		return booking{}, err
+	}
+	now := r.clock.Now()
+	candidates := make([]placement.Candidate, 0, len(targets.Items))
+	for i := range targets.Items {
+		t := &targets.Items[i]
+		if !t.DeletionTimestamp.IsZero() {
+			continue // being drained: nothing new goes there
 		}
-		return decision, nil, err
+		var heartbeat time.Time
+		if t.Status.LastHeartbeatTime != nil {
+			heartbeat = t.Status.LastHeartbeatTime.Time
+		}
+		gpus, nodes := r.flight.onTargetLocked(t.Name, heartbeat, nodeLevelOf(t), now)
+		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: gpus, InFlight: nodes,
+			Ineligible: ineligible[t.Name]})
 	}
+	decision, err := placement.Choose(req, candidates)
+	switch {
+	case errors.Is(err, placement.ErrNoTarget) || errors.Is(err, placement.ErrNoCapacity):
+		r.flight.waitLocked(client.ObjectKeyFromObject(wl))
+		return booking{}, placementError{err}
+	case errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible):
+		return booking{}, placementError{err}
+	case err != nil:
+		return booking{}, err
+	}
+	for i := range targets.Items {
+		if t := &targets.Items[i]; t.Name == decision.Target {
+			b := booking{decision: decision, target: t, key: keyOf(t.Spec.Agent.Namespace, name)}
+			r.flight.bookLocked(b.key, t.Name, wl.UID, client.ObjectKeyFromObject(wl), req.GPUs(), decision.Reservations(), now)
+			return b, nil
+		}
+	}
+	return booking{}, fmt.Errorf("placement chose target %q, which is not a candidate", decision.Target)
+}
+
+func nodeLevelOf(t *v1alpha1.Target) string {
+	if tp := t.Status.Topology; tp != nil && len(tp.Levels) > 0 {
+		return tp.Levels[len(tp.Levels)-1]
+	}
+	return ""
+}
+
+// write records a booked decision outside any lock: the Workload's
+// finalizer, the Target's, the attempt number, then the Dispatch. When a
+// step fails the booking is given back, unless the Dispatch may have been
+// stored (the watch then settles it, or the booking times out).
+func (r *Reconciler) write(ctx context.Context, s *state, tj *trainer.TrainJob, rt *v1alpha1.RuntimeSnapshot,
+	req placement.Request, b booking, attempt int32) (*v1alpha1.Dispatch, error) {
+	d, stored, err := r.writeSteps(ctx, s, tj, rt, req, b, attempt)
+	if err != nil && !stored {
+		r.wakeUp(ctx, r.flight.unbook(b.key, b.target.Name))
+	}
+	return d, err
+}
+
+// writeSteps reports, on failure, whether the Dispatch may have been stored.
+func (r *Reconciler) writeSteps(ctx context.Context, s *state, tj *trainer.TrainJob, rt *v1alpha1.RuntimeSnapshot,
+	req placement.Request, b booking, attempt int32) (*v1alpha1.Dispatch, bool, error) {
 	if err := r.ensureFinalizer(ctx, s.wl); err != nil {
-		return decision, nil, err
+		return nil, false, err
 	}
-	if err := r.holdTarget(ctx, decision.Target); err != nil {
-		return decision, nil, err
+	if err := r.holdTarget(ctx, b.target.Name); err != nil {
+		return nil, false, err
 	}
-	attempt, err := r.nextAttempt(ctx, s)
+	if err := r.nextAttempt(ctx, s, attempt); err != nil {
+		return nil, false, err
+	}
+	tjSnap, err := snapshot.TrainJob(tj)
 	if err != nil {
-		return decision, nil, err
+		return nil, false, err
 	}
-	d, err := r.newDispatch(ctx, s.wl, tj, rt, req, decision, attempt)
-	if err != nil {
-		return decision, nil, err
-	}
+	d := buildDispatch(b.target, s.wl, tjSnap, rt, req, b.decision, attempt)
 	if err := r.client.Create(ctx, d); err != nil && !apierrors.IsAlreadyExists(err) {
-		return decision, nil, r.releaseAttempt(ctx, s.wl, attempt, err)
+		return nil, !refused(err), r.releaseAttempt(ctx, s.wl, attempt, err)
 	}
-	r.ledger.add(d.Namespace+"/"+d.Name, decision.Target, req.GPUs(), decision.Reservations(), r.clock.Now())
-	return decision, d, nil
+	return d, true, nil
 }
 
 // noPlacement turns a placement failure into the check state Kueue needs:
@@ -182,53 +260,6 @@ func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl
 		return ctrl.Result{RequeueAfter: checklessRetryAfter}, nil
 	}
 	return ctrl.Result{}, nil
-}
-
-// place lists Targets and what is in flight to them, then asks placement.
-// The caller holds the ledger lock.
-func (r *Reconciler) place(ctx context.Context, req placement.Request, ineligible map[string]string) (placement.Decision, error) {
-	var targets v1alpha1.TargetList
-	if err := r.client.List(ctx, &targets); err != nil {
-		return placement.Decision{}, err
-	}
-	var dispatches v1alpha1.DispatchList
-	if err := r.client.List(ctx, &dispatches); err != nil {
-		return placement.Decision{}, err
-	}
-	heartbeat := map[string]time.Time{}
-	for _, t := range targets.Items {
-		if t.Status.LastHeartbeatTime != nil {
-			heartbeat[t.Name] = t.Status.LastHeartbeatTime.Time
-		}
-	}
-	seen := make(map[string]bool, len(dispatches.Items))
-	for _, d := range dispatches.Items {
-		seen[d.Namespace+"/"+d.Name] = true
-	}
-	inFlight, onNodes := r.ledger.inFlight(seen, r.clock.Now())
-	nodeLevel := map[string]string{}
-	for _, t := range targets.Items {
-		if tp := t.Status.Topology; tp != nil && len(tp.Levels) > 0 {
-			nodeLevel[t.Name] = tp.Levels[len(tp.Levels)-1]
-		}
-	}
-	for _, d := range dispatches.Items {
-		if inFlightOn(&d, heartbeat[d.Spec.TargetName]) {
-			n, _ := strconv.ParseInt(d.Annotations[v1alpha1.AnnotationGPUs], 10, 64)
-			inFlight[d.Spec.TargetName] += n
-			onNodes[d.Spec.TargetName] = append(onNodes[d.Spec.TargetName], reservationsOf(&d, n, nodeLevel[d.Spec.TargetName])...)
-		}
-	}
-	candidates := make([]placement.Candidate, 0, len(targets.Items))
-	for i := range targets.Items {
-		t := &targets.Items[i]
-		if !t.DeletionTimestamp.IsZero() {
-			continue // being drained: nothing new goes there
-		}
-		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: inFlight[t.Name], InFlight: onNodes[t.Name],
-			Ineligible: ineligible[t.Name]})
-	}
-	return placement.Choose(req, candidates)
 }
 
 // reservationsOf reads the nodes a Dispatch's pinned pods were assigned
@@ -334,23 +365,24 @@ func currentAttempt(wl *kueue.Workload) int32 {
 	return int32(n)
 }
 
-// nextAttempt bumps the Workload's attempt annotation past every attempt
-// ever seen, and persists it.
-func (r *Reconciler) nextAttempt(ctx context.Context, s *state) (int32, error) {
+// nextAttemptNumber is past every attempt of the Workload ever seen.
+func nextAttemptNumber(s *state) int32 {
 	next := currentAttempt(s.wl) + 1
 	for _, d := range s.dispatches {
 		next = max(next, d.Spec.Attempt+1)
 	}
+	return next
+}
+
+// nextAttempt persists the attempt number on the Workload.
+func (r *Reconciler) nextAttempt(ctx context.Context, s *state, next int32) error {
 	// Optimistic lock: two hub replicas racing here must not both win.
 	patch := client.MergeFromWithOptions(s.wl.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	if s.wl.Annotations == nil {
 		s.wl.Annotations = map[string]string{}
 	}
 	s.wl.Annotations[v1alpha1.AnnotationAttempt] = strconv.Itoa(int(next))
-	if err := r.client.Patch(ctx, s.wl, patch); err != nil {
-		return 0, err
-	}
-	return next, nil
+	return r.client.Patch(ctx, s.wl, patch)
 }
 
 func (r *Reconciler) ensureFinalizer(ctx context.Context, wl *kueue.Workload) error {
@@ -364,20 +396,6 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, wl *kueue.Workload) er
 
 func hasFinalizer(wl *kueue.Workload) bool {
 	return controllerutil.ContainsFinalizer(wl, v1alpha1.WorkloadFinalizer)
-}
-
-// newDispatch builds the Dispatch of one attempt in the target's agent namespace.
-func (r *Reconciler) newDispatch(ctx context.Context, wl *kueue.Workload, tj *trainer.TrainJob,
-	rt *v1alpha1.RuntimeSnapshot, req placement.Request, decision placement.Decision, attempt int32) (*v1alpha1.Dispatch, error) {
-	var t v1alpha1.Target
-	if err := r.client.Get(ctx, client.ObjectKey{Name: decision.Target}, &t); err != nil {
-		return nil, err
-	}
-	tjSnap, err := snapshot.TrainJob(tj)
-	if err != nil {
-		return nil, err
-	}
-	return buildDispatch(&t, wl, tjSnap, rt, req, decision, attempt), nil
 }
 
 // buildDispatch is the Dispatch of one attempt on target t.

@@ -18,8 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -55,7 +56,12 @@ type Reconciler struct {
 	clock    clock.Clock
 	opts     Options
 	latency  *latencyTracker
-	ledger   *ledger
+	// flight is what is in flight to each target, kept by the Dispatch
+	// watch, and the Workloads waiting for room.
+	flight *inflight
+	// wakeups carries Workloads a pass wakes (room it gave back) to the
+	// controller's queue.
+	wakeups chan event.GenericEvent
 	// eligibility remembers which targets could ever run which job.
 	eligibility *eligibility.Cache
 }
@@ -71,7 +77,8 @@ func NewReconciler(c client.Client, live client.Reader, recorder record.EventRec
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), ledger: newLedger(),
+	return &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), flight: newInflight(),
+		wakeups:     make(chan event.GenericEvent, wakeupBuffer),
 		eligibility: eligibility.NewCache(eligibilityCacheSize)}
 }
 
@@ -95,8 +102,12 @@ type state struct {
 // Reconcile runs one Workload through the phases in order.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s, err := r.load(ctx, req.NamespacedName)
-	if err != nil || s == nil {
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if s == nil {
+		r.flight.stopWaiting(req.NamespacedName)
+		return ctrl.Result{}, nil
 	}
 	res, err := r.sync(ctx, s)
 	if err != nil {
@@ -166,7 +177,7 @@ func (r *Reconciler) load(ctx context.Context, key types.NamespacedName) (*state
 		return nil, nil
 	}
 	var list v1alpha1.DispatchList
-	if err := r.client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)}); err != nil {
+	if err := r.client.List(ctx, &list, client.MatchingFields{IndexWorkloadUID: string(wl.UID)}); err != nil {
 		return nil, err
 	}
 	s.dispatches = list.Items
@@ -249,42 +260,22 @@ func (r *Reconciler) owningTrainJob(ctx context.Context, wl *kueue.Workload) (*t
 	return nil, nil
 }
 
-// SetupWithManager registers the controller: Workloads are reconciled, and
-// Dispatch and Target changes wake the Workloads they concern.
+// SetupWithManager registers the controller: Workloads are reconciled;
+// Dispatch changes keep the in-flight record and wake their Workload, and
+// Target changes wake only the Workloads they can affect (watch.go).
 // A second controller drains Targets being deleted (targetDrainer).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := IndexDispatches(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	if err := (&targetDrainer{client: r.client, live: r.live}).setup(mgr); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-dispatch").
 		For(&kueue.Workload{}, builder.WithPredicates(ignoreOwnAttemptWrites())).
-		Watches(&v1alpha1.Dispatch{}, handler.EnqueueRequestsFromMapFunc(workloadOfDispatch)).
-		Watches(&v1alpha1.Target{}, handler.EnqueueRequestsFromMapFunc(r.workloadsOnTarget)).
+		Watches(&v1alpha1.Dispatch{}, r.dispatchHandler()).
+		Watches(&v1alpha1.Target{}, r.targetHandler()).
+		WatchesRawSource(source.Channel(r.wakeups, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.Concurrency}).
 		Complete(r)
-}
-
-// workloadOfDispatch reads the Workload from the Dispatch's spec: its
-// labels hold the name only as a label value, shortened when it is long.
-func workloadOfDispatch(_ context.Context, o client.Object) []reconcile.Request {
-	d, ok := o.(*v1alpha1.Dispatch)
-	if !ok || d.Spec.Workload.Name == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{
-		Namespace: d.Spec.Workload.Namespace, Name: d.Spec.Workload.Name}}}
-}
-
-func (r *Reconciler) workloadsOnTarget(ctx context.Context, o client.Object) []reconcile.Request {
-	var list v1alpha1.DispatchList
-	if err := r.client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelTarget: v1alpha1.LabelValue(o.GetName())}); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for i := range list.Items {
-		if list.Items[i].Spec.TargetName == o.GetName() {
-			reqs = append(reqs, workloadOfDispatch(ctx, &list.Items[i])...)
-		}
-	}
-	return reqs
 }

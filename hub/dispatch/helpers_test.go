@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
@@ -364,4 +365,10 @@ func TestReservationsOf(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withDispatchIndexes registers the Dispatch field indexes on a fake
+// client, as IndexDispatches does on the manager's cache.
+func withDispatchIndexes(b *fake.ClientBuilder) *fake.ClientBuilder {
+	return b.WithIndex(&v1alpha1.Dispatch{}, IndexWorkloadUID, workloadUIDOf).WithIndex(&v1alpha1.Dispatch{}, IndexTarget, targetOf)
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/placement"
+	"github.com/trainyard-dev/trainyard/hub/snapshot"
 )
 
 // The longest names users bring: a 63-character TrainJob (Kueue names its
@@ -50,15 +51,16 @@ func TestDispatchLabelsAtTheLimits(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			wl := kueuetesting.MakeWorkload(tc.wlName, tc.wlNS).UID("5c0e2a7e-8f1b-4d2c-9a3e-1b2c3d4e5f60").Obj()
-			r := &Reconciler{client: fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(&v1alpha1.Target{
+			target := &v1alpha1.Target{
 				ObjectMeta: metav1.ObjectMeta{Name: tc.target},
 				Spec:       v1alpha1.TargetSpec{Agent: v1alpha1.AgentIdentity{Namespace: "agents"}},
-			}).Build()}
-			d, err := r.newDispatch(context.Background(), wl, tjOf(name63), &v1alpha1.RuntimeSnapshot{},
-				placement.Request{}, placement.Decision{Target: tc.target}, tc.attempt)
+			}
+			tjSnap, err := snapshot.TrainJob(tjOf(name63))
 			if err != nil {
 				t.Fatal(err)
 			}
+			d := buildDispatch(target, wl, tjSnap, &v1alpha1.RuntimeSnapshot{},
+				placement.Request{}, placement.Decision{Target: tc.target}, tc.attempt)
 			if errs := validation.IsDNS1123Label(d.Name); len(errs) > 0 {
 				t.Errorf("Dispatch name %q: %v", d.Name, errs)
 			}
@@ -71,7 +73,7 @@ func TestDispatchLabelsAtTheLimits(t *testing.T) {
 			if diff := cmp.Diff(want, d.Spec.Workload); diff != "" {
 				t.Errorf("spec.workload (-want +got):\n%s", diff)
 			}
-			if got := workloadOfDispatch(context.Background(), d); len(got) != 1 ||
+			if got := workloadOfDispatch(d); len(got) != 1 ||
 				got[0].NamespacedName != (types.NamespacedName{Namespace: tc.wlNS, Name: tc.wlName}) {
 				t.Errorf("workloadOfDispatch = %v, want %s/%s", got, tc.wlNS, tc.wlName)
 			}
@@ -92,8 +94,8 @@ func TestWorkloadsOnTargetComparesFullNames(t *testing.T) {
 	// Force a shared label value, as a hash collision would.
 	da, db := mk("da", a, "wl-a"), mk("db", b, "wl-b")
 	db.Labels[v1alpha1.LabelTarget] = da.Labels[v1alpha1.LabelTarget]
-	r := &Reconciler{client: fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(da, db).Build()}
-	got := r.workloadsOnTarget(context.Background(), &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Name: a}})
+	r := &Reconciler{client: withDispatchIndexes(fake.NewClientBuilder().WithScheme(testScheme(t))).WithObjects(da, db).Build()}
+	got := r.workloadsOnTarget(context.Background(), a)
 	want := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "wl-a"}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("workloadsOnTarget (-want +got):\n%s", diff)
@@ -119,8 +121,8 @@ func TestReleaseAttempt(t *testing.T) {
 			c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(wl).Build()
 			r := &Reconciler{client: c}
 			s := &state{wl: wl.DeepCopy()}
-			attempt, err := r.nextAttempt(context.Background(), s)
-			if err != nil || attempt != 5 {
+			attempt := nextAttemptNumber(s)
+			if err := r.nextAttempt(context.Background(), s, attempt); err != nil || attempt != 5 {
 				t.Fatalf("nextAttempt = %d, %v; want 5", attempt, err)
 			}
 			if err := r.releaseAttempt(context.Background(), s.wl, attempt, tc.createErr); err != tc.createErr {
@@ -133,7 +135,7 @@ func TestReleaseAttempt(t *testing.T) {
 			if a := got.Annotations[v1alpha1.AnnotationAttempt]; a != tc.want {
 				t.Errorf("attempt annotation %q, want %q", a, tc.want)
 			}
-			if next, _ := r.nextAttempt(context.Background(), &state{wl: &got}); tc.want == "4" && next != 5 {
+			if next := nextAttemptNumber(&state{wl: &got}); tc.want == "4" && next != 5 {
 				t.Errorf("the next pass takes attempt %d, want 5 again", next)
 			}
 		})

@@ -239,6 +239,7 @@ func (r *Reconciler) tearDown(ctx context.Context, s *state) (ctrl.Result, error
 		return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
 	}
 	r.latency.forget(s.wl.UID)
+	r.flight.stopWaiting(client.ObjectKeyFromObject(s.wl))
 	if err := r.clearActive(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}

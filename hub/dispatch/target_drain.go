@@ -63,7 +63,7 @@ func addTargetFinalizer(ctx context.Context, c client.Client, t *v1alpha1.Target
 // so Kueue evicts it; the tear-down that follows waits for the agent to
 // confirm the remote work is gone, and Kueue then releases the quota.
 func (r *Reconciler) attemptLost(ctx context.Context, s *state) (ctrl.Result, error) {
-	if busy, err := r.attemptUnderWay(ctx, s.wl); err != nil || busy {
+	if busy, err := r.liveAttemptExists(ctx, s.wl); err != nil || busy {
 		// The cache lags: look again shortly.
 		return ctrl.Result{RequeueAfter: time.Second}, err
 	}

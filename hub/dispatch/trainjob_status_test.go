@@ -98,7 +98,7 @@ func statusClient(t *testing.T, objs ...client.Object) (client.Client, *[]applie
 	utilruntime.Must(kueue.AddToScheme(s))
 	utilruntime.Must(v1alpha1.AddToScheme(s))
 	var log []applied
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
+	c := withDispatchIndexes(fake.NewClientBuilder().WithScheme(s)).WithObjects(objs...).
 		WithStatusSubresource(&trainer.TrainJob{}, &kueue.Workload{}, &v1alpha1.Dispatch{}, &v1alpha1.Target{}).WithReturnManagedFields().
 		WithTypeConverters(clientgoapply.NewTypeConverter(clientgoscheme.Scheme), trainJobTypeConverter(t),
 			managedfields.NewDeducedTypeConverter()).

@@ -1,0 +1,204 @@
+package dispatch
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/placement"
+)
+
+// inflight is the hub's one record of the GPUs sent to each target that
+// its heartbeat may not count yet. The Dispatch watch keeps it current
+// (observe, forget), so a decision reads only the live Dispatches of the
+// targets it weighs, never the whole history. A decision books its GPUs
+// here (reserve) before the Dispatch is written, so concurrent workers
+// never book the same GPUs; the watch replaces the booking with the
+// Dispatch itself once it shows it.
+//
+// The same lock guards the Workloads that found no room (waiting): a
+// decision that fails records its Workload under the lock it chose under,
+// and every event that frees room wakes the waiting under that lock, so
+// no wake-up falls between a decision and its record.
+type inflight struct {
+	mu sync.Mutex
+	// byTarget holds, per target, each Dispatch (by namespace/name) that
+	// may hold GPUs there: booked, or watched and not yet final.
+	byTarget map[string]map[string]flight
+	waiting  map[types.NamespacedName]bool
+}
+
+// flight is one Dispatch's claim on a target. A booked claim (not yet
+// seen by the watch) carries its reservations; a watched one carries the
+// fields inFlightOn and reservationsOf read.
+type flight struct {
+	workload types.UID
+	gpus     int64
+	booked   bool
+	at       time.Time
+	nodes    []placement.Reservation
+	d        *v1alpha1.Dispatch
+}
+
+// bookingTTL bounds how long a booking waits for the watch; a watch is
+// seconds behind at worst, so a booking this old belongs to a Dispatch
+// whose create failed in a way that left no answer.
+const bookingTTL = time.Minute
+
+func newInflight() *inflight {
+	return &inflight{byTarget: map[string]map[string]flight{}, waiting: map[types.NamespacedName]bool{}}
+}
+
+func keyOf(namespace, name string) string { return namespace + "/" + name }
+
+// mayHoldGPUs reports whether d can count against its target at all:
+// finished, rejected and deleted Dispatches never do.
+func mayHoldGPUs(d *v1alpha1.Dispatch) bool {
+	if !d.DeletionTimestamp.IsZero() {
+		return false
+	}
+	switch d.Status.Phase {
+	case "", v1alpha1.DispatchPending, v1alpha1.DispatchSubmitted, v1alpha1.DispatchRunning:
+		return true
+	}
+	return false
+}
+
+// observe records what the watch shows of d. It returns the Workloads to
+// wake: the waiting ones when d stopped holding GPUs.
+func (f *inflight) observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request {
+	if !mayHoldGPUs(d) {
+		return f.forget(d)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := keyOf(d.Namespace, d.Name)
+	on := f.byTarget[d.Spec.TargetName]
+	if on == nil {
+		on = map[string]flight{}
+		f.byTarget[d.Spec.TargetName] = on
+	}
+	slim := &v1alpha1.Dispatch{}
+	slim.DeletionTimestamp = d.DeletionTimestamp
+	slim.Status.Phase, slim.Status.StartTime = d.Status.Phase, d.Status.StartTime
+	slim.Spec.PodSets = d.Spec.PodSets
+	on[key] = flight{workload: d.Spec.Workload.UID, gpus: gpus, d: slim}
+	return nil
+}
+
+// forget drops d (deleted, or done holding GPUs) and wakes the waiting
+// when it held any.
+func (f *inflight) forget(d *v1alpha1.Dispatch) []reconcile.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key := keyOf(d.Namespace, d.Name)
+	on := f.byTarget[d.Spec.TargetName]
+	if _, ok := on[key]; !ok {
+		return nil
+	}
+	delete(on, key)
+	if len(on) == 0 {
+		delete(f.byTarget, d.Spec.TargetName)
+	}
+	return f.wakeLocked()
+}
+
+// onTargetLocked returns the GPUs in flight to target and those booked on
+// known nodes; lastHeartbeat and nodeLevel are the target's. Stale
+// bookings are dropped. The caller holds mu.
+func (f *inflight) onTargetLocked(target string, lastHeartbeat time.Time, nodeLevel string, now time.Time) (int64, []placement.Reservation) {
+	var gpus int64
+	var nodes []placement.Reservation
+	for key, fl := range f.byTarget[target] {
+		switch {
+		case fl.booked && now.Sub(fl.at) > bookingTTL:
+			delete(f.byTarget[target], key)
+		case fl.booked:
+			gpus += fl.gpus
+			nodes = append(nodes, fl.nodes...)
+		case inFlightOn(fl.d, lastHeartbeat):
+			gpus += fl.gpus
+			nodes = append(nodes, reservationsOf(fl.d, fl.gpus, nodeLevel)...)
+		}
+	}
+	return gpus, nodes
+}
+
+// bookLocked books a decision's GPUs under the Dispatch's key before it is
+// written. The caller holds mu.
+func (f *inflight) bookLocked(key, target string, wl types.UID, wlKey types.NamespacedName, gpus int64,
+	nodes []placement.Reservation, now time.Time) {
+	on := f.byTarget[target]
+	if on == nil {
+		on = map[string]flight{}
+		f.byTarget[target] = on
+	}
+	on[key] = flight{workload: wl, gpus: gpus, booked: true, at: now, nodes: nodes}
+	delete(f.waiting, wlKey)
+}
+
+// unbook gives a booking back after its Dispatch was not written; what the
+// watch has shown under the key stays.
+func (f *inflight) unbook(key, target string) []reconcile.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl, ok := f.byTarget[target][key]; !ok || !fl.booked {
+		return nil
+	}
+	delete(f.byTarget[target], key)
+	return f.wakeLocked()
+}
+
+// booked reports whether a Dispatch of wl is booked and not yet shown by
+// the watch: the cache does not show it, and a new attempt must wait.
+func (f *inflight) booked(wl types.UID) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, on := range f.byTarget {
+		for _, fl := range on {
+			if fl.booked && fl.workload == wl {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// waitLocked records a Workload that found no room. The caller holds mu.
+func (f *inflight) waitLocked(wl types.NamespacedName) { f.waiting[wl] = true }
+
+// stopWaiting forgets a Workload that no longer waits for room.
+func (f *inflight) stopWaiting(wl types.NamespacedName) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.waiting, wl)
+}
+
+// wake returns the waiting Workloads, to be reconciled again.
+func (f *inflight) wake() []reconcile.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.wakeLocked()
+}
+
+func (f *inflight) wakeLocked() []reconcile.Request {
+	out := make([]reconcile.Request, 0, len(f.waiting))
+	for wl := range f.waiting {
+		out = append(out, reconcile.Request{NamespacedName: wl})
+	}
+	return out
+}
+
+// size is the number of Dispatches counted, for tests and the benchmark.
+func (f *inflight) size() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, on := range f.byTarget {
+		n += len(on)
+	}
+	return n
+}

@@ -1,0 +1,172 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/placement"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+// TestParallelBookingsNeverOverbook: workers deciding at once book no more
+// GPUs than a target has, node by node, and the jobs left over wait.
+func TestParallelBookingsNeverOverbook(t *testing.T) {
+	const nodes, jobs = 6, 20
+	free := make([]int32, nodes)
+	for i := range free {
+		free[i] = 8
+	}
+	target := tyt.MakeKubernetesTarget("gpu-a", "h100").AgentNamespace("agents").Available().
+		FreeGPUsPerNode(free...).MaxGPUsPerNode(8).Obj()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(target).Build()
+	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
+	req := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 8}}}
+
+	var mu sync.Mutex
+	booked, waited := map[string]int64{}, 0
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wl := kueuetesting.MakeWorkload(fmt.Sprintf("wl-%d", i), "team-a").UID(types.UID(fmt.Sprint("uid-", i))).Obj()
+			b, err := r.chooseAndBook(context.Background(), wl, req, nil, dispatchName(wl, 1))
+			mu.Lock()
+			defer mu.Unlock()
+			var noPlace placementError
+			switch {
+			case errors.As(err, &noPlace):
+				waited++
+			case err != nil:
+				t.Errorf("chooseAndBook: %v", err)
+			default:
+				for _, res := range b.decision.Reservations() {
+					booked[res.Node] += res.GPUs
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(booked) != nodes || waited != jobs-nodes {
+		t.Errorf("booked nodes %v and %d waiting, want each of %d nodes once and %d waiting", booked, waited, nodes, jobs-nodes)
+	}
+	for node, n := range booked {
+		if n > 8 {
+			t.Errorf("node %s booked %d GPUs of 8", node, n)
+		}
+	}
+	if got := len(r.flight.wake()); got != jobs-nodes {
+		t.Errorf("%d Workloads recorded as waiting, want %d", got, jobs-nodes)
+	}
+}
+
+func pendingDispatch(name, target string, phase v1alpha1.DispatchPhase) *v1alpha1.Dispatch {
+	d := tyt.MakeDispatch(name, "agents", target).Attempt(1).Obj()
+	d.Spec.Workload = v1alpha1.WorkloadReference{Namespace: "team-a", Name: name, UID: types.UID(name)}
+	d.Status.Phase = phase
+	return d
+}
+
+// TestWatchTakesOverBookings: the watch replaces a booking by the Dispatch
+// it booked, counts a live Dispatch once, and drops it when it finishes,
+// waking the Workloads that wait for room; a failed write gives back only
+// a booking, never what the watch showed.
+func TestWatchTakesOverBookings(t *testing.T) {
+	f := newInflight()
+	waiter := types.NamespacedName{Namespace: "team-a", Name: "waiter"}
+	count := func() int64 {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		n, _ := f.onTargetLocked("gpu-a", time.Time{}, "", t0)
+		return n
+	}
+	f.mu.Lock()
+	f.bookLocked("agents/a", "gpu-a", "a", types.NamespacedName{Namespace: "team-a", Name: "a"}, 8, nil, t0)
+	f.bookLocked("agents/b", "gpu-a", "b", types.NamespacedName{Namespace: "team-a", Name: "b"}, 4, nil, t0)
+	f.waitLocked(waiter)
+	f.mu.Unlock()
+	if !f.booked("a") || count() != 12 {
+		t.Fatalf("booked(a) = %v, in flight %d; want true, 12", f.booked("a"), count())
+	}
+	if wake := f.observe(pendingDispatch("a", "gpu-a", ""), 8); len(wake) != 0 || f.booked("a") || count() != 12 {
+		t.Errorf("after the watch showed a: woke %v, booked(a) = %v, in flight %d; want none, false, 12", wake, f.booked("a"), count())
+	}
+	if wake := f.unbook("agents/a", "gpu-a"); len(wake) != 0 || count() != 12 {
+		t.Errorf("unbook of a watched Dispatch woke %v, left %d in flight; want none, 12", wake, count())
+	}
+	want := []reconcile.Request{{NamespacedName: waiter}}
+	if wake := f.unbook("agents/b", "gpu-a"); !cmp.Equal(want, wake) || count() != 8 {
+		t.Errorf("unbook of b woke %v, left %d in flight; want %v, 8", wake, count(), want)
+	}
+	if wake := f.observe(pendingDispatch("a", "gpu-a", v1alpha1.DispatchSucceeded), 8); !cmp.Equal(want, wake) || count() != 0 {
+		t.Errorf("a finished: woke %v, left %d in flight; want %v, 0", wake, count(), want)
+	}
+	if f.size() != 0 {
+		t.Errorf("%d entries left, want none", f.size())
+	}
+}
+
+// TestBookingsExpire: a booking the watch never confirms stops counting.
+func TestBookingsExpire(t *testing.T) {
+	f := newInflight()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bookLocked("agents/a", "gpu-a", "a", types.NamespacedName{Name: "a"}, 8, nil, t0)
+	if n, _ := f.onTargetLocked("gpu-a", time.Time{}, "", t0.Add(bookingTTL+time.Second)); n != 0 {
+		t.Errorf("stale booking still counts %d GPUs", n)
+	}
+}
+
+// TestRunningLeavesFlightWithTheHeartbeat: a running Dispatch counts until
+// a heartbeat taken after its start includes it.
+func TestRunningLeavesFlightWithTheHeartbeat(t *testing.T) {
+	f := newInflight()
+	d := pendingDispatch("a", "gpu-a", v1alpha1.DispatchRunning)
+	d.Status.StartTime = &metav1.Time{Time: t0}
+	f.observe(d, 8)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n, _ := f.onTargetLocked("gpu-a", t0.Add(-time.Second), "", t0); n != 8 {
+		t.Errorf("before the heartbeat: %d in flight, want 8", n)
+	}
+	if n, _ := f.onTargetLocked("gpu-a", t0.Add(time.Second), "", t0); n != 0 {
+		t.Errorf("after the heartbeat: %d in flight, want 0", n)
+	}
+}
+
+func TestMayHaveMoreRoom(t *testing.T) {
+	base := tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUsPerNode(8, 0).MaxGPUsPerNode(8)
+	heartbeat := base.Clone().Obj()
+	heartbeat.Status.LastHeartbeatTime = &metav1.Time{Time: t0}
+	cases := map[string]struct {
+		updated *v1alpha1.Target
+		want    bool
+	}{
+		"a heartbeat alone":  {updated: heartbeat},
+		"fewer free GPUs":    {updated: base.Clone().FreeGPUsPerNode(0, 0).Obj(), want: true},
+		"more free GPUs":     {updated: base.Clone().FreeGPUsPerNode(8, 8).Obj(), want: true},
+		"free GPUs moved":    {updated: base.Clone().FreeGPUsPerNode(0, 8).Obj(), want: true},
+		"spec changed":       {updated: func() *v1alpha1.Target { t := base.Clone().Obj(); t.Generation++; return t }(), want: true},
+		"larger nodes known": {updated: base.Clone().MaxGPUsPerNode(16).Obj(), want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := mayHaveMoreRoom(base.Obj(), tc.updated); got != tc.want {
+				t.Errorf("mayHaveMoreRoom = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
