@@ -257,9 +257,13 @@ func remoteID(d *v1alpha1.Dispatch) int32 {
 	return int32(id)
 }
 
-// Observe reports the job's state.
+// Observe reports the job's state, from accounting once slurmctld has
+// forgotten the job (see accounted).
 func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.Status, error) {
 	j, err := b.find(ctx, d, remoteID(d))
+	if errors.Is(err, ErrJobNotFound) {
+		j, err = b.accounted(ctx, d)
+	}
 	if errors.Is(err, ErrJobNotFound) {
 		return nil, fmt.Errorf("%w: %w", backends.ErrNotFound, err)
 	}

@@ -132,31 +132,34 @@ type envelope struct {
 
 // JobInfo is a Slurm job as trainyard sees it.
 type JobInfo struct {
-	JobID        int32    `json:"job_id"`
-	Name         string   `json:"name"`
-	Comment      string   `json:"comment"`
-	UserName     string   `json:"user_name"`
-	UserID       *int32   `json:"user_id"`
-	WorkDir      string   `json:"current_working_directory"`
-	Partition    string   `json:"partition"`
-	JobState     []string `json:"job_state"`
-	StateReason  string   `json:"state_reason"`
-	Nodes        string   `json:"nodes"`
-	BatchHost    string   `json:"batch_host"`
-	RestartCount int32    `json:"restart_cnt"`
-	NodeCount    *noVal   `json:"node_count"`
-	StartTime    *noVal   `json:"start_time"`
-	EndTime      *noVal   `json:"end_time"`
-	ExitCode     *struct {
-		Status     []string `json:"status"`
-		ReturnCode *noVal   `json:"return_code"`
-		Signal     *struct {
-			ID   *noVal `json:"id"`
-			Name string `json:"name"`
-		} `json:"signal"`
-	} `json:"exit_code"`
-	StandardOutput string `json:"standard_output"`
-	StandardError  string `json:"standard_error"`
+	JobID          int32         `json:"job_id"`
+	Name           string        `json:"name"`
+	Comment        string        `json:"comment"`
+	UserName       string        `json:"user_name"`
+	UserID         *int32        `json:"user_id"`
+	WorkDir        string        `json:"current_working_directory"`
+	Partition      string        `json:"partition"`
+	JobState       []string      `json:"job_state"`
+	StateReason    string        `json:"state_reason"`
+	Nodes          string        `json:"nodes"`
+	BatchHost      string        `json:"batch_host"`
+	RestartCount   int32         `json:"restart_cnt"`
+	NodeCount      *noVal        `json:"node_count"`
+	StartTime      *noVal        `json:"start_time"`
+	EndTime        *noVal        `json:"end_time"`
+	ExitCode       *ExitCodeInfo `json:"exit_code"`
+	StandardOutput string        `json:"standard_output"`
+	StandardError  string        `json:"standard_error"`
+}
+
+// ExitCodeInfo is how a job ended, as slurmctld and slurmdbd report it.
+type ExitCodeInfo struct {
+	Status     []string `json:"status"`
+	ReturnCode *noVal   `json:"return_code"`
+	Signal     *struct {
+		ID   *noVal `json:"id"`
+		Name string `json:"name"`
+	} `json:"signal"`
 }
 
 // NodeInfo is a Slurm node as trainyard sees it.

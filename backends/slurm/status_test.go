@@ -127,14 +127,7 @@ func job(states ...string) *JobInfo {
 }
 
 func withExit(j *JobInfo, rc, sig int64) *JobInfo {
-	j.ExitCode = &struct {
-		Status     []string `json:"status"`
-		ReturnCode *noVal   `json:"return_code"`
-		Signal     *struct {
-			ID   *noVal `json:"id"`
-			Name string `json:"name"`
-		} `json:"signal"`
-	}{ReturnCode: &noVal{Set: true, Number: rc}}
+	j.ExitCode = &ExitCodeInfo{ReturnCode: &noVal{Set: true, Number: rc}}
 	if sig > 0 {
 		j.ExitCode.Signal = &struct {
 			ID   *noVal `json:"id"`

@@ -21,6 +21,10 @@ PKGS=(
   slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin
   openmpi-bin libopenmpi-dev gcc libc6-dev python3-minimal
   curl ca-certificates procps
+  # Accounting: slurmdbd on MariaDB, so finished jobs stay readable through slurmrestd.
+  slurmdbd mariadb-server
+  # A real PyTorch (CPU) for torchrun jobs; see configure.sh for its libuv shim.
+  python3-torch
 )
 
 t0=$(date +%s); ts=$t0
@@ -77,10 +81,11 @@ else
   if ! ls "$plugdir"/mpi_pmix*.so >/dev/null 2>&1; then
     echo "[slurm-root] mpi/pmix plugin missing under ${plugdir#"$TMP"}" >&2; exit 1
   fi
-  for p in rest_auth_jwt auth_jwt openapi_slurmctld data_parser_v0_0_41 data_parser_v0_0_42 gres_gpu topology_tree; do
+  for p in rest_auth_jwt auth_jwt openapi_slurmctld openapi_slurmdbd accounting_storage_slurmdbd accounting_storage_mysql data_parser_v0_0_41 data_parser_v0_0_42 gres_gpu topology_tree; do
     ls "$plugdir/$p.so" >/dev/null || { echo "[slurm-root] plugin $p.so missing" >&2; exit 1; }
   done
-  c sh -c 'slurmctld -V; ompi_info --version | head -1' | sed 's/^/[slurm-root] /'
+  c sh -c 'slurmctld -V; slurmdbd -V; mariadbd --version; ompi_info --version | head -1
+    python3 -c "import torch; print(\"torch\", torch.__version__)"' | sed 's/^/[slurm-root] /'
   umount_under "$TMP"; trap - EXIT
   # The .debs live in the shared cache, not in the chroot.
   rm -rf "$TMP/var/lib/apt/lists/"*_Packages 2>/dev/null || true

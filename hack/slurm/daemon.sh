@@ -43,7 +43,7 @@ case "$ACTION/$DAEMON" in
     gone || { echo "daemon.sh: slurmrestd runs already" >&2; exit 1; }
     # The same command line as start.sh.
     setsid chroot --userspec=slurmrest:slurmrest "$R" env SLURM_JWT=daemon \
-      /usr/sbin/slurmrestd -s openapi/slurmctld \
+      /usr/sbin/slurmrestd -s openapi/slurmctld,openapi/slurmdbd \
       -d data_parser/v0.0.40,data_parser/v0.0.41,data_parser/v0.0.42 \
       -a rest_auth/jwt "$REST_ADDR" </dev/null >>"$R/var/log/slurm/slurmrestd.log" 2>&1 &
     echo $! > "$R/run/slurm/slurmrestd.pid"

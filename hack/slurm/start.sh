@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # start.sh ROOT -- start the single-host Slurm cluster in the chroot ROOT (configured by
-# configure.sh): munged, slurmctld, one slurmd per emulated node, slurmrestd on
-# 127.0.0.1:6820. Returns once every node is idle and slurmrestd answers an authenticated
+# configure.sh): munged, MariaDB and slurmdbd (accounting), slurmctld, one slurmd per
+# emulated node, slurmrestd on 127.0.0.1:6820 with the slurmctld and slurmdbd APIs. Returns once every node is idle and slurmrestd answers an authenticated
 # ping; on a timeout it prints the relevant log tails, stops everything and exits 1.
 #
 # Any previous instance (also a half-started one) is stopped first, and slurmctld's saved
-# state is wiped, so every start begins with an empty queue and job ids from 1.
+# state and the accounting database are wiped, so every start begins with an empty queue,
+# no job history and job ids from 1.
 #
 # Env: SLURM_START_TIMEOUT (s, default 120), SLURM_KEEP_ON_FAILURE=1 leaves daemons running.
 set -euo pipefail
@@ -25,7 +26,7 @@ c() { chroot "$R" "$@"; }
 
 fail() {
   echo "[slurm +$(elapsed)] FAILED: $*" >&2
-  for f in "$LOG"/slurmctld.log "$LOG"/slurmd-*.log "$LOG"/slurmrestd.log "$R"/var/log/munge/munged.log; do
+  for f in "$LOG"/slurmdbd.log "$R"/var/log/mysql/error.log "$LOG"/slurmctld.log "$LOG"/slurmd-*.log "$LOG"/slurmrestd.log "$R"/var/log/munge/munged.log; do
     [ -s "$f" ] || continue
     echo "----- tail ${f#"$R"} -----" >&2; tail -n 25 "$f" >&2
   done
@@ -63,6 +64,21 @@ for n in "${NODES[@]}"; do mkdir -p "$R/var/spool/slurmd/$n"; done
 chroot --userspec=munge:munge "$R" /usr/sbin/munged </dev/null >/dev/null 2>&1 || fail "munged did not start"
 waitfor 15 munged sh -c "chroot '$R' munge -n </dev/null | chroot '$R' unmunge"
 
+# MariaDB on its unix socket only; slurm_acct_db starts empty (slurmdbd makes its tables).
+# The database is made here: a slurmdbd that has to create it itself fails its next query
+# against MariaDB 11.8 ("mysql_query failed: 5027 Number of columns in result ...").
+mkdir -p "$R/run/mysqld"; c chown mysql:mysql /run/mysqld
+rm -f "$R"/var/log/mysql/error.log
+setsid chroot "$R" /usr/sbin/mariadbd --user=mysql --datadir=/var/lib/mysql --skip-networking \
+  --socket=/run/mysqld/mysqld.sock --log-error=/var/log/mysql/error.log </dev/null >/dev/null 2>&1 &
+waitfor 60 mariadb sh -c "chroot '$R' mariadb-admin --socket=/run/mysqld/mysqld.sock ping"
+c mariadb --socket=/run/mysqld/mysqld.sock -e "DROP DATABASE IF EXISTS slurm_acct_db; CREATE DATABASE slurm_acct_db;
+  CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED VIA unix_socket;
+  GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" || fail "mariadb: cannot prepare slurm_acct_db"
+c /usr/sbin/slurmdbd </dev/null >/dev/null 2>&1 || fail "slurmdbd did not start"
+waitfor 60 slurmdbd sh -c "chroot '$R' sacctmgr -n list cluster"
+c sacctmgr -i -Q add cluster trainyard >/dev/null || fail "sacctmgr add cluster"
+
 c /usr/sbin/slurmctld </dev/null >/dev/null 2>&1 || fail "slurmctld did not start"
 waitfor 30 slurmctld sh -c "chroot '$R' scontrol ping | grep -q UP"
 
@@ -70,11 +86,10 @@ for n in "${NODES[@]}"; do
   c /usr/sbin/slurmd -N "$n" </dev/null >/dev/null 2>&1 || fail "slurmd -N $n did not start"
 done
 
-# slurmrestd must not run as root or SlurmUser. openapi/slurmdbd is not loaded: without
-# slurmdbd it fails ("Failure loading plugin path bindings: Requested operation not
-# supported"), and slurmrestd loads every openapi plugin unless told otherwise.
+# slurmrestd must not run as root or SlurmUser. It serves /slurm/ (slurmctld) and
+# /slurmdb/ (slurmdbd: jobs slurmctld has forgotten).
 setsid chroot --userspec=slurmrest:slurmrest "$R" env SLURM_JWT=daemon \
-  /usr/sbin/slurmrestd -s openapi/slurmctld \
+  /usr/sbin/slurmrestd -s openapi/slurmctld,openapi/slurmdbd \
   -d data_parser/v0.0.40,data_parser/v0.0.41,data_parser/v0.0.42 \
   -a rest_auth/jwt "$REST_ADDR" </dev/null >"$LOG/slurmrestd.log" 2>&1 &
 echo $! > "$R/run/slurm/slurmrestd.pid"

@@ -38,6 +38,10 @@ type Options struct {
 	Topology string
 	// StartTimeout bounds the wait for nodes and slurmrestd (default 120s).
 	StartTimeout time.Duration
+	// MinJobAge is how long slurmctld keeps a finished job before only
+	// slurmdbd (accounting, /slurmdb/ in slurmrestd) knows it: default 5s,
+	// as on a busy cluster. slurmctld purges such jobs about once a minute.
+	MinJobAge time.Duration
 	// Log receives the scripts' output (default os.Stderr).
 	Log io.Writer
 }
@@ -110,6 +114,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	env := []string{"TOPO=" + opts.Topology}
 	if opts.Topology == "" {
 		env[0] = "TOPO=tree"
+	}
+	if opts.MinJobAge > 0 {
+		env = append(env, "MIN_JOB_AGE="+strconv.Itoa(max(int(opts.MinJobAge.Seconds()), 1)))
 	}
 	if opts.StartTimeout > 0 {
 		env = append(env, "SLURM_START_TIMEOUT="+strconv.Itoa(int(opts.StartTimeout.Seconds())))
