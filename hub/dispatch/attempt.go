@@ -204,8 +204,8 @@ func nodeLevelOf(t *v1alpha1.Target) string {
 	return ""
 }
 
-// write records a booked decision outside any lock: the Workload's
-// finalizer, the Target's, the attempt number, then the Dispatch. When a
+// write records a booked decision outside any lock: the Target's
+// finalizer, the Workload's with the attempt number, then the Dispatch. When a
 // step fails the booking is given back, unless the Dispatch may have been
 // stored (the watch then settles it, or the booking times out).
 func (r *Reconciler) write(ctx context.Context, s *state, tj *trainer.TrainJob, rt *v1alpha1.RuntimeSnapshot,
@@ -220,9 +220,6 @@ func (r *Reconciler) write(ctx context.Context, s *state, tj *trainer.TrainJob, 
 // writeSteps reports, on failure, whether the Dispatch may have been stored.
 func (r *Reconciler) writeSteps(ctx context.Context, s *state, tj *trainer.TrainJob, rt *v1alpha1.RuntimeSnapshot,
 	req placement.Request, b booking, attempt int32) (*v1alpha1.Dispatch, bool, error) {
-	if err := r.ensureFinalizer(ctx, s.wl); err != nil {
-		return nil, false, err
-	}
 	if err := r.holdTarget(ctx, b.target.Name); err != nil {
 		return nil, false, err
 	}
@@ -374,24 +371,19 @@ func nextAttemptNumber(s *state) int32 {
 	return next
 }
 
-// nextAttempt persists the attempt number on the Workload.
+// nextAttempt persists the attempt number on the Workload, with trainyard's
+// finalizer if it lacks it, in one patch: the finalizer is on before any
+// Dispatch of the Workload exists.
 func (r *Reconciler) nextAttempt(ctx context.Context, s *state, next int32) error {
-	// Optimistic lock: two hub replicas racing here must not both win.
+	// Optimistic lock: two hub replicas racing here must not both win, and
+	// the finalizer list is replaced whole.
 	patch := client.MergeFromWithOptions(s.wl.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	if s.wl.Annotations == nil {
 		s.wl.Annotations = map[string]string{}
 	}
 	s.wl.Annotations[v1alpha1.AnnotationAttempt] = strconv.Itoa(int(next))
+	controllerutil.AddFinalizer(s.wl, v1alpha1.WorkloadFinalizer)
 	return r.client.Patch(ctx, s.wl, patch)
-}
-
-func (r *Reconciler) ensureFinalizer(ctx context.Context, wl *kueue.Workload) error {
-	if hasFinalizer(wl) {
-		return nil
-	}
-	patch := client.MergeFrom(wl.DeepCopy())
-	controllerutil.AddFinalizer(wl, v1alpha1.WorkloadFinalizer)
-	return r.client.Patch(ctx, wl, patch)
 }
 
 func hasFinalizer(wl *kueue.Workload) bool {

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -83,18 +84,113 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 	defer controllers.Stop()
 	waitTargetsReady(b, fleet)
 
+	history := 2000
+	if v, err := strconv.Atoi(os.Getenv("TRAINYARD_BENCH_HISTORY")); err == nil && v >= 0 {
+		history = v
+	}
+
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		raw := rawJobSets(b, fleet.Spokes[0], n, i)
-		ty := trainJobs(b, fleet, n, i)
+		before := readHubCost()
+		ty := trainJobs(b, fleet, n, fmt.Sprintf("ty-%d", i))
+		cost := before.cells()
 		b.ReportMetric(float64(n)/raw.Seconds(), "raw-jobsets/s")
 		b.ReportMetric(float64(n)/ty.Seconds(), "trainjobs/s")
 		b.ReportMetric(raw.Seconds()/ty.Seconds(), "ratio")
-		fmt.Printf("\n%-44s %8s %10s\n", "path (jobs created to remote Running)", "seconds", "jobs/s")
-		fmt.Printf("%-44s %8.1f %10.1f\n", fmt.Sprintf("raw JobSets on one spoke (%d)", n), raw.Seconds(), float64(n)/raw.Seconds())
-		fmt.Printf("%-44s %8.1f %10.1f\n", fmt.Sprintf("trainyard TrainJobs over 2 spokes (%d)", n), ty.Seconds(), float64(n)/ty.Seconds())
-		fmt.Printf("%-44s %8s %10.2f\n\n", "trainyard / raw", "", raw.Seconds()/ty.Seconds())
+		row(rateCells("Kubernetes: raw JobSets on one spoke", n, raw)...)
+		row(append(rateCells("Kubernetes: TrainJobs over 2 spokes", n, ty, raw), cost...)...)
+
+		// The same again with finished Dispatches in the hub's cache:
+		// the cost of a decision must not grow with history.
+		template := clearTrainJobs(b, fleet)
+		addHistory(b, fleet, template, history, i)
+		before = readHubCost()
+		withHistory := trainJobs(b, fleet, n, fmt.Sprintf("hist-%d", i))
+		b.ReportMetric(float64(n)/withHistory.Seconds(), "trainjobs-with-history/s")
+		row(append(rateCells(fmt.Sprintf("Kubernetes: same, %d finished Dispatches cached", history), n, withHistory, raw),
+			before.cells()...)...)
+		if i+1 < b.N {
+			clearTrainJobs(b, fleet)
+		}
 	}
+}
+
+// rateCells are a row's first cells: what, jobs, seconds, jobs/s and,
+// given the raw time, the ratio raw/took.
+func rateCells(what string, n int, took time.Duration, raw ...time.Duration) []string {
+	ratio := ""
+	if len(raw) > 0 {
+		ratio = fmt.Sprintf("%.2f", raw[0].Seconds()/took.Seconds())
+	}
+	return []string{what, strconv.Itoa(n), fmt.Sprintf("%.1f", took.Seconds()), fmt.Sprintf("%.1f", float64(n)/took.Seconds()), ratio}
+}
+
+// clearTrainJobs deletes the TrainJobs of the bench namespace and waits
+// until their Dispatches are gone and the spokes report all GPUs free. It
+// returns one of the Dispatches as it was, as a template of history.
+func clearTrainJobs(b *testing.B, fleet *kube.Fleet) *v1alpha1.Dispatch {
+	ctx, c := context.Background(), fleet.Hub.Client
+	var list v1alpha1.DispatchList
+	if err := c.List(ctx, &list); err != nil {
+		b.Fatal(err)
+	}
+	var template *v1alpha1.Dispatch
+	for i := range list.Items {
+		if list.Items[i].Spec.TargetName != historyTarget {
+			template = list.Items[i].DeepCopy()
+		}
+	}
+	if err := c.DeleteAllOf(ctx, &trainer.TrainJob{}, client.InNamespace("bench")); err != nil {
+		b.Fatal(err)
+	}
+	waitFor(b, "trainyard dispatches gone", func() (int, error) {
+		var list v1alpha1.DispatchList
+		if err := c.List(ctx, &list); err != nil {
+			return 0, err
+		}
+		left := 0
+		for _, d := range list.Items {
+			if d.Spec.TargetName != historyTarget {
+				left++
+			}
+		}
+		return -left, nil
+	}, 0)
+	waitTargetsReady(b, fleet)
+	return template
+}
+
+// historyTarget names the Target of the history Dispatches: none exists,
+// and no agent reads their namespace.
+const historyTarget = "history"
+
+// addHistory writes n finished Dispatches, copies of template (runtime and
+// TrainJob snapshots included), each of its own Workload.
+func addHistory(b *testing.B, fleet *kube.Fleet, template *v1alpha1.Dispatch, n, round int) {
+	if template == nil || n == 0 {
+		return
+	}
+	ctx, c := context.Background(), fleet.Hub.Client
+	ns := fmt.Sprintf("history-%d", round)
+	if err := fleet.Hub.EnsureNamespace(ctx, ns); err != nil {
+		b.Fatal(err)
+	}
+	parallel(b, n, func(i int) error {
+		d := &v1alpha1.Dispatch{Spec: *template.Spec.DeepCopy()}
+		d.Name, d.Namespace = fmt.Sprintf("hist-%d", i), ns
+		uid := fmt.Sprintf("history-%d-%d", round, i)
+		d.Labels = map[string]string{v1alpha1.LabelWorkloadUID: uid, v1alpha1.LabelTarget: historyTarget}
+		d.Annotations = template.Annotations
+		d.Spec.TargetName = historyTarget
+		d.Spec.Workload = v1alpha1.WorkloadReference{Namespace: ns, Name: d.Name, UID: types.UID(uid)}
+		if err := c.Create(ctx, d); err != nil {
+			return err
+		}
+		d.Status = *template.Status.DeepCopy()
+		d.Status.Phase = v1alpha1.DispatchSucceeded
+		return c.Status().Update(ctx, d)
+	})
 }
 
 // rawJobSets creates n one-pod JobSets on spoke directly and returns the
@@ -159,11 +255,11 @@ func rawJobSet(ns, name string) *jobset.JobSet {
 
 // trainJobs submits n TrainJobs to the hub and returns the time until every
 // one's Dispatch reports its remote work Running.
-func trainJobs(b *testing.B, fleet *kube.Fleet, n, round int) time.Duration {
+func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) time.Duration {
 	ctx, c := context.Background(), fleet.Hub.Client
 	t0 := time.Now()
 	parallel(b, n, func(i int) error {
-		return c.Create(ctx, tytesting.MakeTrainJob(fmt.Sprintf("ty-%d-%d", round, i), "bench").Queue("lq").
+		return c.Create(ctx, tytesting.MakeTrainJob(fmt.Sprintf("%s-%d", prefix, i), "bench").Queue("lq").
 			RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(gpusPerTrainJob).Obj())
 	})
 	perTarget := map[string]int{}
@@ -183,7 +279,6 @@ func trainJobs(b *testing.B, fleet *kube.Fleet, n, round int) time.Duration {
 		return running, nil
 	}, n)
 	d := time.Since(t0)
-	fmt.Printf("dispatches running per target: %v\n", perTarget)
 	for target, jobs := range perTarget {
 		if jobs*gpusPerTrainJob > nodesPerSpoke*gpusPerNode {
 			b.Fatalf("target %s was booked past its GPUs: %d jobs of %d GPUs on %d GPUs", target, jobs, gpusPerTrainJob, nodesPerSpoke*gpusPerNode)

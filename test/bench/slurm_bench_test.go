@@ -74,14 +74,13 @@ func BenchmarkSlurmDispatchThroughput(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		raw := rawSlurmJobs(b, c, n, i)
+		before := readHubCost()
 		ty := slurmTrainJobs(b, fleet, c, n, i)
 		b.ReportMetric(float64(n)/raw.Seconds(), "raw-slurm-jobs/s")
 		b.ReportMetric(float64(n)/ty.Seconds(), "trainjobs/s")
 		b.ReportMetric(raw.Seconds()/ty.Seconds(), "ratio")
-		fmt.Printf("\n%-44s %8s %10s\n", "path (jobs created to Slurm started)", "seconds", "jobs/s")
-		fmt.Printf("%-44s %8.1f %10.1f\n", fmt.Sprintf("raw slurmrestd submissions (%d)", n), raw.Seconds(), float64(n)/raw.Seconds())
-		fmt.Printf("%-44s %8.1f %10.1f\n", fmt.Sprintf("trainyard TrainJobs to Slurm (%d)", n), ty.Seconds(), float64(n)/ty.Seconds())
-		fmt.Printf("%-44s %8s %10.2f\n\n", "trainyard / raw", "", raw.Seconds()/ty.Seconds())
+		row(rateCells("Slurm: raw slurmrestd submissions", n, raw)...)
+		row(append(rateCells("Slurm: TrainJobs to one Slurm target", n, ty, raw), before.cells()...)...)
 	}
 }
 

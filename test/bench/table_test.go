@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// table collects the rows every benchmark of the run measures; TestMain
+// prints it once, after all of them.
+var table struct {
+	mu   sync.Mutex
+	rows [][]string
+}
+
+// row adds one line to the table: what was measured, then its figures.
+func row(cells ...string) {
+	table.mu.Lock()
+	defer table.mu.Unlock()
+	table.rows = append(table.rows, cells)
+}
+
+// header: the hub's two figures are percentiles over the round, of a
+// decision with its writes (trainyard_decision_duration_seconds) and of
+// one dispatch-controller pass (controller_runtime_reconcile_time_seconds).
+var header = []string{"measure", "jobs", "seconds", "jobs/s", "ratio", "decision+writes p99", "reconcile p99"}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	printTable()
+	os.Exit(code)
+}
+
+func printTable() {
+	table.mu.Lock()
+	defer table.mu.Unlock()
+	if len(table.rows) == 0 {
+		return
+	}
+	var b strings.Builder
+	b.WriteString("\n| " + strings.Join(header, " | ") + " |\n|")
+	for range header {
+		b.WriteString(" --- |")
+	}
+	b.WriteString("\n")
+	for _, r := range table.rows {
+		cells := append(append([]string{}, r...), make([]string, max(0, len(header)-len(r)))...)
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+	fmt.Print(b.String())
+}
+
+// histograms reads a histogram family of the process's controller-runtime
+// registry (where the hub's metrics and controller-runtime's own live),
+// summed over the series whose labels match.
+func histogram(name string, labels map[string]string) hist {
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return hist{}
+	}
+	var h hist
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if matches(m, labels) {
+				h.add(m.GetHistogram())
+			}
+		}
+	}
+	return h
+}
+
+func matches(m *dto.Metric, labels map[string]string) bool {
+	for k, v := range labels {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// hist is a cumulative histogram: bucket upper bounds and counts.
+type hist struct {
+	count  uint64
+	sum    float64
+	bounds []float64
+	cum    []uint64
+}
+
+func (h *hist) add(p *dto.Histogram) {
+	if p == nil {
+		return
+	}
+	h.count += p.GetSampleCount()
+	h.sum += p.GetSampleSum()
+	for i, b := range p.GetBucket() {
+		if i >= len(h.bounds) {
+			h.bounds = append(h.bounds, b.GetUpperBound())
+			h.cum = append(h.cum, 0)
+		}
+		h.cum[i] += b.GetCumulativeCount()
+	}
+}
+
+// since is what was observed after earlier.
+func (h hist) since(earlier hist) hist {
+	out := hist{count: h.count - earlier.count, sum: h.sum - earlier.sum, bounds: h.bounds}
+	for i := range h.cum {
+		var e uint64
+		if i < len(earlier.cum) {
+			e = earlier.cum[i]
+		}
+		out.cum = append(out.cum, h.cum[i]-e)
+	}
+	return out
+}
+
+// quantile interpolates linearly inside the bucket that holds q.
+func (h hist) quantile(q float64) float64 {
+	if h.count == 0 {
+		return math.NaN()
+	}
+	rank := q * float64(h.count)
+	i := sort.Search(len(h.cum), func(i int) bool { return float64(h.cum[i]) >= rank })
+	if i == len(h.cum) {
+		return h.bounds[len(h.bounds)-1]
+	}
+	lo, below := 0.0, uint64(0)
+	if i > 0 {
+		lo, below = h.bounds[i-1], h.cum[i-1]
+	}
+	in := h.cum[i] - below
+	if in == 0 {
+		return h.bounds[i]
+	}
+	return lo + (h.bounds[i]-lo)*(rank-float64(below))/float64(in)
+}
+
+// hubCost is the hub's decision and dispatch-reconcile histograms, to be
+// read before and after a round.
+type hubCost struct{ decision, reconcile hist }
+
+func readHubCost() hubCost {
+	return hubCost{
+		decision:  histogram("trainyard_decision_duration_seconds", nil),
+		reconcile: histogram("controller_runtime_reconcile_time_seconds", map[string]string{"controller": "trainyard-dispatch"}),
+	}
+}
+
+// cells formats what the hub spent between before and now: decision p99
+// and reconcile p99.
+func (before hubCost) cells() []string {
+	now := readHubCost()
+	d, r := now.decision.since(before.decision), now.reconcile.since(before.reconcile)
+	return []string{ms(d.quantile(0.99)), ms(r.quantile(0.99))}
+}
+
+func ms(s float64) string {
+	if math.IsNaN(s) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f ms", s*1e3)
+}
