@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -11,8 +12,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
@@ -166,6 +169,50 @@ func TestMayHaveMoreRoom(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := mayHaveMoreRoom(base.Obj(), tc.updated); got != tc.want {
 				t.Errorf("mayHaveMoreRoom = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTargetChangesWakeOnlyWhomTheyAffect: a heartbeat wakes no one; more
+// room wakes the waiting Workloads only; an availability flip also wakes
+// the Workloads with unfinished Dispatches on the target, not those whose
+// Dispatch there finished.
+func TestTargetChangesWakeOnlyWhomTheyAffect(t *testing.T) {
+	running := pendingDispatch("running", "gpu-a", v1alpha1.DispatchRunning)
+	done := pendingDispatch("done", "gpu-a", v1alpha1.DispatchSucceeded)
+	elsewhere := pendingDispatch("elsewhere", "gpu-b", v1alpha1.DispatchRunning)
+	c := withDispatchIndexes(fake.NewClientBuilder().WithScheme(testScheme(t))).WithObjects(running, done, elsewhere).Build()
+	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
+	waiter := types.NamespacedName{Namespace: "team-a", Name: "waiter"}
+	r.flight.waitLocked(waiter)
+
+	base := tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(8)
+	beat := base.Clone().Obj()
+	beat.Status.LastHeartbeatTime = &metav1.Time{Time: t0}
+	onTarget := types.NamespacedName{Namespace: "team-a", Name: "running"}
+	cases := map[string]struct {
+		updated *v1alpha1.Target
+		want    []types.NamespacedName
+	}{
+		"a heartbeat":   {updated: beat},
+		"GPUs freed":    {updated: base.Clone().FreeGPUs(16).Obj(), want: []types.NamespacedName{waiter}},
+		"lease expired": {updated: base.Clone().AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonLeaseExpired).Obj(), want: []types.NamespacedName{onTarget, waiter}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			defer q.ShutDown()
+			r.targetHandler().Update(context.Background(), event.UpdateEvent{ObjectOld: base.Obj(), ObjectNew: tc.updated}, q)
+			got := []types.NamespacedName{}
+			for q.Len() > 0 {
+				req, _ := q.Get()
+				got = append(got, req.NamespacedName)
+				q.Done(req)
+			}
+			sort.Slice(got, func(i, j int) bool { return got[i].Name < got[j].Name })
+			if diff := cmp.Diff(append([]types.NamespacedName{}, tc.want...), got); diff != "" {
+				t.Errorf("woken (-want +got):\n%s", diff)
 			}
 		})
 	}
