@@ -205,7 +205,11 @@ def _patch(module):
             super().__init__(*args, **kwargs)
 
     TCPStore.__qualname__ = TCPStore.__name__ = "TCPStore"
-    module.TCPStore = TCPStore
+    # Also where torch.distributed's own modules imported it already
+    # (torch.distributed.rendezvous, the workers' env:// rendezvous).
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("torch.distributed") and getattr(mod, "TCPStore", None) is base:
+            mod.TCPStore = TCPStore
 
 
 class _Finder(importlib.abc.MetaPathFinder):
