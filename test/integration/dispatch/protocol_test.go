@@ -166,12 +166,27 @@ func TestRemoteFailureBeforeReadyFailsTrainJob(t *testing.T) {
 	g.Expect(c.Create(ctx, rt)).To(Succeed())
 	t.Cleanup(func() { _ = c.Delete(ctx, rt) })
 	t.Cleanup(func() { _ = env.hub.Start() })
+	// The agents are stopped while the hub places the job and the hub while
+	// the agents run it: the hub never sees the work accepted before it
+	// fails, whatever the machine's load. The leases are still fresh, so
+	// the job is placed.
+	for _, a := range env.agents {
+		a.Stop()
+	}
+	t.Cleanup(func() {
+		for _, a := range env.agents {
+			_ = a.Start()
+		}
+	})
 	tj := submit(t, trainJob("earlyfail", "torch-earlyfail", 1, 1))
 	wl := util.WorkloadOf(g, c, tj)
 	g.Eventually(func(g Gomega) {
 		g.Expect(dispatchesOf(g, wl)).To(HaveLen(1))
 	}, util.Timeout, 20*time.Millisecond).Should(Succeed())
 	env.hub.Stop()
+	for _, a := range env.agents {
+		g.Expect(a.Start()).To(Succeed())
+	}
 	g.Eventually(func(g Gomega) {
 		ds := dispatchesOf(g, wl)
 		g.Expect(ds).To(HaveLen(1))
