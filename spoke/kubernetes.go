@@ -6,7 +6,10 @@ import (
 	"strings"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +34,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	"github.com/trainyard-dev/trainyard/backends/lws"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
@@ -55,6 +59,10 @@ type KubernetesOptions struct {
 	// SkipNameValidation lets a process build the same agent twice, as
 	// tests do when they restart one.
 	SkipNameValidation bool
+	// TenantRole, when set, is the spoke ClusterRole the agent binds to
+	// itself in each tenant namespace it makes (the chart's
+	// <release>-tenant): its write rights then end at those namespaces.
+	TenantRole string
 }
 
 // HubScheme is what the agent reads on the hub.
@@ -75,8 +83,10 @@ func SpokeScheme() *runtime.Scheme {
 }
 
 // NewKubernetesAgent builds the agent of a Kubernetes spoke. It reads its
-// Target from the hub for the agent namespace, the spoke namespace and the
-// topology levels, so an administrator configures a spoke in one place.
+// Target from the hub for the agent namespace, the prefix of the spoke's
+// tenant namespaces, the pod policy (Pod Security level, allowed pod
+// fields) and the topology levels, so an administrator configures a spoke
+// in one place. A Target change reaches the agent when it restarts.
 func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOptions) (ctrl.Manager, error) {
 	hubCfg, spokeCfg := withRate(hubCfg, o.QPS, o.Burst), withRate(o.Spoke, o.QPS, o.Burst)
 	direct, err := client.New(hubCfg, client.Options{Scheme: HubScheme()})
@@ -107,13 +117,17 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	opts := o.Agent
 	opts.Target, opts.Namespace = t.Name, ns
 	k := t.Spec.Kubernetes
+	binding, err := tenantBinding(ctx, logs, o.TenantRole)
+	if err != nil {
+		return nil, err
+	}
 	switch k.Backend {
 	case v1alpha1.KubernetesBackendLeaderWorkerSet:
 		if err := requireKind(spoke, t.Name, lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), "LeaderWorkerSet v0.8"); err != nil {
 			return nil, err
 		}
 		opts.Backend = lws.New(spoke.GetClient(), lws.Options{
-			Namespace: k.Namespace, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
+			Namespace: k.Namespace, Policy: kubework.PolicyOf(k), Binding: binding, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
 		})
 		// A LeaderWorkerSet's job ends in its pods' container statuses.
 		opts.RemoteEvents = append(opts.RemoteEvents,
@@ -124,7 +138,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 			return nil, err
 		}
 		opts.Backend = jobset.New(spoke.GetClient(), jobset.Options{
-			Namespace: k.Namespace, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
+			Namespace: k.Namespace, Policy: kubework.PolicyOf(k), Binding: binding, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
 		})
 		opts.RemoteEvents = append(opts.RemoteEvents, source.Kind(spoke.GetCache(), &jobsetv1alpha2.JobSet{},
 			handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*jobsetv1alpha2.JobSet])))
@@ -132,6 +146,23 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 		return nil, fmt.Errorf("target %s: spec.kubernetes.backend %q is not JobSet or LeaderWorkerSet", t.Name, k.Backend)
 	}
 	return mgr, Setup(mgr, opts)
+}
+
+// tenantBinding is role bound to the agent's own spoke identity, which the
+// spoke's API server names (SelfSubjectReview); nil without a role.
+func tenantBinding(ctx context.Context, cs kubernetes.Interface, role string) (*kubework.TenantBinding, error) {
+	if role == "" {
+		return nil, nil
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("ask the spoke who the agent is, to bind %s in tenant namespaces: %w", role, err)
+	}
+	user := review.Status.UserInfo.Username
+	if user == "" {
+		return nil, fmt.Errorf("the spoke names no user for the agent, to bind %s in tenant namespaces", role)
+	}
+	return &kubework.TenantBinding{ClusterRole: role, Subject: rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}, nil
 }
 
 // requireKind fails unless the spoke serves gvk: without it the agent's

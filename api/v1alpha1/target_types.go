@@ -135,12 +135,32 @@ type KubernetesTarget struct {
 	// +kubebuilder:default=JobSet
 	Backend KubernetesBackend `json:"backend,omitempty"`
 
-	// namespace on the spoke in which remote jobs are created.
+	// namespace is the prefix of the spoke namespaces jobs run in: each hub
+	// namespace (tenant) gets its own, <namespace>-<hub namespace>, made by
+	// the agent with Pod Security labels and a default-deny NetworkPolicy.
+	// A name that would pass 63 characters keeps the prefix and ends in a
+	// hash of the hub namespace.
 	// +optional
 	// +kubebuilder:default=trainyard-jobs
-	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:MaxLength=40
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespace string `json:"namespace,omitempty"`
+
+	// podSecurity is the Pod Security Standard the tenant namespaces
+	// enforce and every rendered pod is checked against before placement.
+	// Baseline (the default) runs Kubeflow's shipped runtimes, whose images
+	// run as root; Restricted needs runtimes that run as non-root with a
+	// seccomp profile and no capabilities; Privileged lifts the standard,
+	// leaving allowedPodFields as the only limit.
+	// +optional
+	// +kubebuilder:default=Baseline
+	PodSecurity PodSecurityLevel `json:"podSecurity,omitempty"`
+
+	// allowedPodFields are the pod-spec fields tenants may set through
+	// runtimes or runtime patches. Anything not listed is refused, and the
+	// job is not placed on this target.
+	// +optional
+	AllowedPodFields *AllowedPodFields `json:"allowedPodFields,omitempty"`
 
 	// topologyLevels are node label keys from the widest domain to the
 	// narrowest (for example block, rack, hostname). The agent publishes free
@@ -150,6 +170,68 @@ type KubernetesTarget struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:MaxLength=317
 	TopologyLevels []string `json:"topologyLevels,omitempty"`
+}
+
+// PodSecurityLevel is a Pod Security Standard level.
+// +kubebuilder:validation:Enum=Restricted;Baseline;Privileged
+type PodSecurityLevel string
+
+const (
+	PodSecurityRestricted PodSecurityLevel = "Restricted"
+	PodSecurityBaseline   PodSecurityLevel = "Baseline"
+	PodSecurityPrivileged PodSecurityLevel = "Privileged"
+)
+
+// AllowedPodFields lists the pod-spec fields a Kubernetes target lets
+// tenants set. The zero value allows none of them.
+type AllowedPodFields struct {
+	// volumeTypes are volume sources allowed beyond configMap, secret (both
+	// only the job's own), emptyDir, persistentVolumeClaim, projected,
+	// downwardAPI, ephemeral, csi and image, for example hostPath or nfs.
+	// hostPath also needs podSecurity Privileged.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[a-z][a-zA-Z0-9]*$`
+	VolumeTypes []string `json:"volumeTypes,omitempty"`
+
+	// privileged allows privileged containers (needs podSecurity Privileged).
+	// +optional
+	Privileged bool `json:"privileged,omitempty"`
+
+	// allowPrivilegeEscalation allows containers that set it to true.
+	// +optional
+	AllowPrivilegeEscalation bool `json:"allowPrivilegeEscalation,omitempty"`
+
+	// capabilities are the Linux capabilities containers may add, without
+	// the CAP_ prefix (for example NET_ADMIN, IPC_LOCK).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Z][A-Z0-9_]*$`
+	Capabilities []string `json:"capabilities,omitempty"`
+
+	// hostNetwork, hostPID and hostIPC allow the host's namespaces (they
+	// need podSecurity Privileged).
+	// +optional
+	HostNetwork bool `json:"hostNetwork,omitempty"`
+	// +optional
+	HostPID bool `json:"hostPID,omitempty"`
+	// +optional
+	HostIPC bool `json:"hostIPC,omitempty"`
+
+	// serviceAccountNames are the spoke ServiceAccounts, besides default,
+	// pods may run as (for example kubeflow-trainer-cache-initializer,
+	// which Kubeflow's torch-distributed-with-cache runtime names). The
+	// administrator creates them in the tenant namespaces.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ServiceAccountNames []string `json:"serviceAccountNames,omitempty"`
 }
 
 // SlurmTarget configures a Slurm cluster reached through slurmrestd.
@@ -215,6 +297,7 @@ type SlurmTarget struct {
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="topologyFile must be an absolute path"
 	TopologyFile string `json:"topologyFile,omitempty"`
+
 	// workDir is the directory each job runs in and writes its output to,
 	// on the cluster's shared filesystem: an absolute path in which %u
 	// stands for the job's mapped Unix user, for example

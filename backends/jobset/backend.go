@@ -5,6 +5,7 @@ package jobset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,8 +24,9 @@ import (
 const (
 	// Kind is the RemoteRef kind of this backend's work.
 	Kind = "JobSet"
-	// DefaultNamespace matches the Target API's default spoke namespace.
-	DefaultNamespace = "trainyard-jobs"
+	// DefaultNamespace matches the Target API's default prefix of the
+	// spoke namespaces.
+	DefaultNamespace = kubework.DefaultNamespacePrefix
 )
 
 // ErrNotOwned: a JobSet with the Dispatch's remote name exists but was made
@@ -33,8 +35,16 @@ var ErrNotOwned = kubework.ErrNotOwned
 
 // Options configure a Backend.
 type Options struct {
-	// Namespace on the spoke for the JobSets (default DefaultNamespace).
+	// Namespace is the prefix of the spoke namespaces (default
+	// DefaultNamespace): each hub namespace's JobSets run in
+	// kubework.TenantNamespace(Namespace, hub namespace).
 	Namespace string
+	// Policy is what tenants may put in pod specs: the Target's
+	// podSecurity (which the tenant namespaces enforce) and allowedPodFields.
+	Policy kubework.PodPolicy
+	// Binding, when set, is bound in each tenant namespace the backend
+	// makes, so the agent's write rights end at its tenant namespaces.
+	Binding *kubework.TenantBinding
 	// TopologyLevels are node label keys, widest first, that Capacity
 	// groups nodes by; kubernetes.io/hostname is always the last level.
 	TopologyLevels []string
@@ -50,8 +60,9 @@ type Options struct {
 
 // Backend runs Dispatches as JobSets on one spoke cluster.
 type Backend struct {
-	c    client.Client
-	opts Options
+	c          client.Client
+	opts       Options
+	namespaces *kubework.Namespaces
 }
 
 var (
@@ -68,35 +79,49 @@ func New(c client.Client, opts Options) *Backend {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Backend{c: c, opts: opts}
+	ns := &kubework.Namespaces{Prefix: opts.Namespace, Level: opts.Policy.Level, Binding: opts.Binding, Reader: opts.LiveReader}
+	return &Backend{c: c, opts: opts, namespaces: ns}
 }
 
-func (b *Backend) ref(name string) *v1alpha1.RemoteRef {
-	return &v1alpha1.RemoteRef{Kind: Kind, Namespace: b.opts.Namespace, Name: name}
+func (b *Backend) ref(key client.ObjectKey) *v1alpha1.RemoteRef {
+	return &v1alpha1.RemoteRef{Kind: Kind, Namespace: key.Namespace, Name: key.Name}
+}
+
+// key is where d's JobSet is on the spoke: its tenant's namespace, its remote name.
+func (b *Backend) key(d *v1alpha1.Dispatch) client.ObjectKey {
+	return client.ObjectKey{Namespace: kubework.NamespaceOf(b.opts.Namespace, d), Name: backends.RemoteName(d)}
+}
+
+// renderOptions render d for this backend's Target.
+func (b *Backend) renderOptions(ns string) RenderOptions {
+	return RenderOptions{Namespace: ns, Policy: b.opts.Policy}
 }
 
 // get reads a JobSet, confirming a cached "not found" with a live read.
-func (b *Backend) get(ctx context.Context, name string) (*jobsetv1alpha2.JobSet, error) {
+func (b *Backend) get(ctx context.Context, key client.ObjectKey) (*jobsetv1alpha2.JobSet, error) {
 	js := &jobsetv1alpha2.JobSet{}
-	return js, kubework.Get(ctx, b.c, b.opts.LiveReader, client.ObjectKey{Namespace: b.opts.Namespace, Name: name}, js)
+	return js, kubework.Get(ctx, b.c, b.opts.LiveReader, key, js)
 }
 
 // Submit creates d's JobSet unless it exists. The name derives from the
 // Workload UID and attempt only, so the API server's name uniqueness is what
 // guarantees a retried or repeated Submit never makes a second JobSet.
 func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.RemoteRef, error) {
-	name := backends.RemoteName(d)
+	key := b.key(d)
 	// Adopt before rendering: work made earlier is kept even if this
 	// agent's renderer would now render it differently.
-	existing, err := b.get(ctx, name)
+	existing, err := b.get(ctx, key)
 	switch {
 	case err == nil:
 		return b.adoptWithCompanions(ctx, existing, d)
 	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("get jobset %s/%s: %w", b.opts.Namespace, name, err)
+		return nil, fmt.Errorf("get jobset %s: %w", key, err)
 	}
-	r, err := RenderAll(d, RenderOptions{Namespace: b.opts.Namespace})
+	r, err := RenderAll(d, b.renderOptions(key.Namespace))
 	if err != nil {
+		return nil, err
+	}
+	if _, err := b.namespaces.Ensure(ctx, b.c, d); err != nil {
 		return nil, err
 	}
 	err = b.create(ctx, r.JobSet)
@@ -108,27 +133,27 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 		if err := b.createCompanions(ctx, r.JobSet, r.Companions); err != nil {
 			return nil, err
 		}
-		return b.ref(name), nil
+		return b.ref(key), nil
 	case !apierrors.IsAlreadyExists(err):
 		return nil, err
 	}
 	// An earlier Submit created it and its answer was lost, or our cache
 	// had not caught up: read it (waiting for the cache) and adopt it.
-	if existing, err = b.waitVisible(ctx, name); err != nil {
+	if existing, err = b.waitVisible(ctx, key); err != nil {
 		return nil, err
 	}
 	return b.adoptWithCompanions(ctx, existing, d)
 }
 
-// adoptWithCompanions adopts js and creates whichever of the objects its
-// pods mount (MPI's or Flux's Secret and ConfigMap) an interrupted Submit left
-// uncreated, from a fresh render.
+// adoptWithCompanions adopts js and creates whichever of its companions
+// (MPI's or Flux's Secret and ConfigMap, its NetworkPolicy) an interrupted
+// Submit left uncreated, from a fresh render.
 func (b *Backend) adoptWithCompanions(ctx context.Context, js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) (*v1alpha1.RemoteRef, error) {
 	ref, err := b.adopt(js, d)
-	if err != nil || !mountsCompanions(js) {
+	if err != nil {
 		return ref, err
 	}
-	r, err := RenderAll(d, RenderOptions{Namespace: b.opts.Namespace})
+	r, err := RenderAll(d, b.renderOptions(js.Namespace))
 	if err != nil {
 		return nil, err
 	}
@@ -147,25 +172,19 @@ func (b *Backend) createCompanions(ctx context.Context, js *jobsetv1alpha2.JobSe
 	return kubework.CreateCompanions(ctx, b.c, reader, js, objs)
 }
 
-// mountsCompanions reports whether js's pods mount a companion named after
-// it (MPI's keys and hostfile, Flux's curve key and scripts).
-func mountsCompanions(js *jobsetv1alpha2.JobSet) bool {
-	specs := make([]*corev1.PodSpec, 0, len(js.Spec.ReplicatedJobs))
-	for i := range js.Spec.ReplicatedJobs {
-		specs = append(specs, &js.Spec.ReplicatedJobs[i].Template.Spec.Template.Spec)
-	}
-	return kubework.MountsCompanions(js.Name, specs...)
-}
-
-// create creates js, creating its namespace first if the API server says
-// it is missing.
+// create creates js in its tenant namespace; a namespace found gone is
+// made again by the next Submit.
 func (b *Backend) create(ctx context.Context, js *jobsetv1alpha2.JobSet) error {
-	return kubework.CreateRemote(ctx, b.c, js, "jobset")
+	err := kubework.CreateRemote(ctx, b.c, js, "jobset")
+	if errors.Is(err, kubework.ErrNamespaceGone) {
+		b.namespaces.Forget(js.Namespace)
+	}
+	return err
 }
 
-func (b *Backend) waitVisible(ctx context.Context, name string) (*jobsetv1alpha2.JobSet, error) {
+func (b *Backend) waitVisible(ctx context.Context, key client.ObjectKey) (*jobsetv1alpha2.JobSet, error) {
 	js := &jobsetv1alpha2.JobSet{}
-	return js, kubework.WaitVisible(ctx, b.c, b.opts.LiveReader, client.ObjectKey{Namespace: b.opts.Namespace, Name: name}, js, Kind)
+	return js, kubework.WaitVisible(ctx, b.c, b.opts.LiveReader, key, js, Kind)
 }
 
 func (b *Backend) adopt(js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) (*v1alpha1.RemoteRef, error) {
@@ -175,7 +194,7 @@ func (b *Backend) adopt(js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) (*v1alp
 	if js.DeletionTimestamp != nil {
 		return nil, fmt.Errorf("jobset %s/%s is being deleted", js.Namespace, js.Name)
 	}
-	return b.ref(js.Name), nil
+	return b.ref(client.ObjectKeyFromObject(js)), nil
 }
 
 // checkOwned reports whether js was made for d's Workload and attempt.
@@ -187,13 +206,13 @@ func checkOwned(js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) error {
 // removes its Jobs and pods before it. It reports gone only once the JobSet
 // is NotFound and no pod labelled with its name is left.
 func (b *Backend) Cancel(ctx context.Context, d *v1alpha1.Dispatch) (bool, error) {
-	name := backends.RemoteName(d)
-	js, err := b.get(ctx, name)
+	key := b.key(d)
+	js, err := b.get(ctx, key)
 	switch {
 	case apierrors.IsNotFound(err):
-		return b.podsGone(ctx, name)
+		return b.podsGone(ctx, key)
 	case err != nil:
-		return false, fmt.Errorf("get jobset %s/%s: %w", b.opts.Namespace, name, err)
+		return false, fmt.Errorf("get jobset %s: %w", key, err)
 	}
 	if err := checkOwned(js, d); err != nil {
 		return false, err
@@ -206,20 +225,20 @@ func (b *Backend) Cancel(ctx context.Context, d *v1alpha1.Dispatch) (bool, error
 	return false, nil
 }
 
-func (b *Backend) podsGone(ctx context.Context, name string) (bool, error) {
-	pods, err := b.pods(ctx, name)
+func (b *Backend) podsGone(ctx context.Context, key client.ObjectKey) (bool, error) {
+	pods, err := b.pods(ctx, key)
 	if err != nil {
 		return false, err
 	}
 	return len(pods) == 0, nil
 }
 
-// pods lists the pods the JobSet controller made for the JobSet name.
-func (b *Backend) pods(ctx context.Context, name string) ([]corev1.Pod, error) {
+// pods lists the pods the JobSet controller made for the JobSet at key.
+func (b *Backend) pods(ctx context.Context, key client.ObjectKey) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := b.c.List(ctx, &pods, client.InNamespace(b.opts.Namespace),
-		client.MatchingLabels{jobsetv1alpha2.JobSetNameKey: name}); err != nil {
-		return nil, fmt.Errorf("list pods of jobset %s/%s: %w", b.opts.Namespace, name, err)
+	if err := b.c.List(ctx, &pods, client.InNamespace(key.Namespace),
+		client.MatchingLabels{jobsetv1alpha2.JobSetNameKey: key.Name}); err != nil {
+		return nil, fmt.Errorf("list pods of jobset %s: %w", key, err)
 	}
 	return pods.Items, nil
 }
@@ -229,7 +248,7 @@ func (b *Backend) deleteForeground(ctx context.Context, js *jobsetv1alpha2.JobSe
 	return kubework.DeleteForeground(ctx, b.c, js, uid, "jobset")
 }
 
-// ListRemote lists the JobSets trainyard made in the backend's namespace.
+// ListRemote lists the JobSets trainyard made in the backend's tenant namespaces.
 func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error) {
 	return kubework.ListRemote(ctx, b.c, &jobsetv1alpha2.JobSetList{}, b.opts.Namespace, Kind)
 }

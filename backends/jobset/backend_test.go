@@ -3,10 +3,12 @@ package jobset
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -59,7 +62,7 @@ func TestSubmitCreatesThenAdopts(t *testing.T) {
 	want := &v1alpha1.RemoteRef{Kind: Kind, Namespace: testNS, Name: backends.RemoteName(d)}
 	for i := range 3 {
 		// A fresh Backend each time: the caller lost every earlier answer.
-		got, err := New(c, Options{Namespace: testNS}).Submit(ctx, d)
+		got, err := New(c, Options{Namespace: testPrefix}).Submit(ctx, d)
 		if err != nil {
 			t.Fatalf("Submit #%d: %v", i+1, err)
 		}
@@ -91,7 +94,7 @@ func TestSubmitAdoptsAfterAlreadyExists(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	ref, err := New(c, Options{Namespace: testNS}).Submit(ctx, d)
+	ref, err := New(c, Options{Namespace: testPrefix}).Submit(ctx, d)
 	if err != nil {
 		t.Fatalf("Submit: %v", err)
 	}
@@ -109,7 +112,7 @@ func TestSubmitRefusesOthersJobSet(t *testing.T) {
 	}
 	other.Labels[backends.LabelWorkloadUID] = "someone-else"
 	c := newFakeClient(other)
-	b := New(c, Options{Namespace: testNS})
+	b := New(c, Options{Namespace: testPrefix})
 	if _, err := b.Submit(ctx, d); !errors.Is(err, ErrNotOwned) {
 		t.Errorf("Submit = %v, want ErrNotOwned", err)
 	}
@@ -126,7 +129,7 @@ func TestSubmitRejectsBadInputWithoutCreating(t *testing.T) {
 	c := newFakeClient()
 	d := testDispatch("d1")
 	d.Spec.PodSets[0].Count = 1
-	if _, err := New(c, Options{Namespace: testNS}).Submit(context.Background(), d); !errors.Is(err, backends.ErrRejected) {
+	if _, err := New(c, Options{Namespace: testPrefix}).Submit(context.Background(), d); !errors.Is(err, backends.ErrRejected) {
 		t.Errorf("Submit = %v, want ErrRejected", err)
 	}
 	if names := jobSetNames(t, c); len(names) != 0 {
@@ -134,48 +137,86 @@ func TestSubmitRejectsBadInputWithoutCreating(t *testing.T) {
 	}
 }
 
-// TestSubmitCreatesMissingNamespace: the API server refuses objects in a
-// namespace that does not exist; Submit creates it and retries, and the
-// companions are owned by the JobSet it created then (its UID).
-func TestSubmitCreatesMissingNamespace(t *testing.T) {
+// TestSubmitMakesTheTenantNamespace: Submit makes the tenant's namespace,
+// labelled and with its NetworkPolicies, before the JobSet, whose
+// companions are owned by it (its UID, as the API server sets it). A
+// namespace deleted later is never made again bare: that Submit fails and
+// the next one makes it as the first did.
+func TestSubmitMakesTheTenantNamespace(t *testing.T) {
+	ctx := context.Background()
 	base := newFakeClient()
-	nsExists := false
 	c := interceptor.NewClient(base, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if _, ok := obj.(*corev1.Namespace); ok {
-				nsExists = true
-			} else if !nsExists {
-				return apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, obj.GetNamespace())
+			if _, ok := obj.(*corev1.Namespace); !ok {
+				var ns corev1.Namespace
+				if err := c.Get(ctx, client.ObjectKey{Name: obj.GetNamespace()}, &ns); apierrors.IsNotFound(err) {
+					// As the API server does, and the fake client does not.
+					return apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, obj.GetNamespace())
+				}
 			}
-			// As the API server does, and the fake client does not.
 			obj.SetUID(types.UID("uid-of-" + obj.GetName()))
 			return c.Create(ctx, obj, opts...)
 		},
 	})
+	checkNamespace := func(t *testing.T) {
+		t.Helper()
+		var ns corev1.Namespace
+		if err := base.Get(ctx, client.ObjectKey{Name: testNS}, &ns); err != nil {
+			t.Fatalf("namespace: %v", err)
+		}
+		if ns.Labels["pod-security.kubernetes.io/enforce"] != "baseline" || ns.Labels[kubework.LabelTenant] != "team-a" {
+			t.Errorf("namespace labels = %v, want baseline enforced for tenant team-a", ns.Labels)
+		}
+		var nps networkingv1.NetworkPolicyList
+		if err := base.List(ctx, &nps, client.InNamespace(testNS)); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, np := range nps.Items {
+			names = append(names, np.Name)
+		}
+		if !slices.Contains(names, kubework.PolicyDefaultDeny) || !slices.Contains(names, kubework.PolicyAllowDNS) {
+			t.Errorf("NetworkPolicies %v, want the default deny and the DNS exception", names)
+		}
+	}
 	d := fluxDispatch(t)
-	if _, err := New(c, Options{Namespace: testNS}).Submit(context.Background(), d); err != nil {
+	b := New(c, Options{Namespace: testPrefix})
+	if _, err := b.Submit(ctx, d); err != nil {
 		t.Fatalf("Submit: %v", err)
 	}
+	checkNamespace(t)
 	var curve corev1.Secret
-	if err := base.Get(context.Background(), client.ObjectKey{Namespace: testNS, Name: backends.RemoteName(d) + "-flux-curve"}, &curve); err != nil {
+	if err := base.Get(ctx, client.ObjectKey{Namespace: testNS, Name: backends.RemoteName(d) + "-flux-curve"}, &curve); err != nil {
 		t.Fatalf("curve Secret: %v", err)
 	}
 	if owners := curve.OwnerReferences; len(owners) != 1 || owners[0].UID != types.UID("uid-of-"+backends.RemoteName(d)) {
 		t.Errorf("curve Secret owners = %v, want the created JobSet with its UID", owners)
 	}
-	var ns corev1.Namespace
-	if err := base.Get(context.Background(), client.ObjectKey{Name: testNS}, &ns); err != nil {
-		t.Errorf("namespace: %v", err)
-	}
 	if names := jobSetNames(t, base); len(names) != 1 {
 		t.Errorf("jobsets = %v, want one", names)
 	}
+
+	// The namespace goes, with all in it; a new job of the tenant comes.
+	if err := base.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.DeleteAllOf(ctx, &networkingv1.NetworkPolicy{}, client.InNamespace(testNS)); err != nil {
+		t.Fatal(err)
+	}
+	d2 := testDispatch("d2")
+	if _, err := b.Submit(ctx, d2); !errors.Is(err, kubework.ErrNamespaceGone) {
+		t.Fatalf("Submit into a deleted namespace = %v, want ErrNamespaceGone", err)
+	}
+	if _, err := b.Submit(ctx, d2); err != nil {
+		t.Fatalf("Submit again: %v", err)
+	}
+	checkNamespace(t)
 }
 
 func TestCancelReportsGoneOnlyWhenPodsAreGone(t *testing.T) {
 	ctx, c := context.Background(), newFakeClient()
 	d := testDispatch("d1")
-	b := New(c, Options{Namespace: testNS})
+	b := New(c, Options{Namespace: testPrefix})
 	ref, err := b.Submit(ctx, d)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +263,7 @@ func TestListRemoteAndDelete(t *testing.T) {
 	elsewhere := mine.DeepCopy()
 	elsewhere.Namespace = "other-ns"
 	c := newFakeClient(mine, oldAttempt, unmanaged, elsewhere)
-	b := New(c, Options{Namespace: testNS})
+	b := New(c, Options{Namespace: testPrefix})
 
 	got, err := b.ListRemote(ctx)
 	if err != nil {
@@ -255,22 +296,22 @@ func TestObserveConfirmsNotFoundWithLiveRead(t *testing.T) {
 	ctx := context.Background()
 	d := testDispatch("d1")
 	live := newFakeClient()
-	if _, err := New(live, Options{Namespace: testNS}).Submit(ctx, d); err != nil {
+	if _, err := New(live, Options{Namespace: testPrefix}).Submit(ctx, d); err != nil {
 		t.Fatal(err)
 	}
 	staleCache := newFakeClient()
 
-	st, err := New(staleCache, Options{Namespace: testNS, LiveReader: live}).Observe(ctx, d)
+	st, err := New(staleCache, Options{Namespace: testPrefix, LiveReader: live}).Observe(ctx, d)
 	if err != nil {
 		t.Fatalf("Observe with a live reader: %v", err)
 	}
 	if st.Phase != v1alpha1.DispatchSubmitted {
 		t.Errorf("phase %q, want Submitted", st.Phase)
 	}
-	if _, err := New(staleCache, Options{Namespace: testNS}).Observe(ctx, d); !errors.Is(err, backends.ErrNotFound) {
+	if _, err := New(staleCache, Options{Namespace: testPrefix}).Observe(ctx, d); !errors.Is(err, backends.ErrNotFound) {
 		t.Errorf("without a live reader the stale cache answers %v, want ErrNotFound", err)
 	}
-	if _, err := New(newFakeClient(), Options{Namespace: testNS, LiveReader: newFakeClient()}).Observe(ctx, d); !errors.Is(err, backends.ErrNotFound) {
+	if _, err := New(newFakeClient(), Options{Namespace: testPrefix, LiveReader: newFakeClient()}).Observe(ctx, d); !errors.Is(err, backends.ErrNotFound) {
 		t.Errorf("JobSet missing everywhere: got %v, want ErrNotFound", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	trainerconstants "github.com/kubeflow/trainer/v2/pkg/constants"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -30,15 +31,14 @@ func (b *Backend) Logs(ctx context.Context, d *v1alpha1.Dispatch, o backends.Log
 	if err != nil {
 		return nil, err
 	}
-	name := js.Name
-	pods, err := b.pods(ctx, name)
+	pods, err := b.pods(ctx, client.ObjectKeyFromObject(js))
 	if err != nil {
 		return nil, err
 	}
 	rjob, container := trainerOf(js)
 	pod, err := pickPod(pods, o.Replica, rjob)
 	if err != nil {
-		return nil, fmt.Errorf("jobset %s/%s: %w", b.opts.Namespace, name, err)
+		return nil, fmt.Errorf("jobset %s/%s: %w", js.Namespace, js.Name, err)
 	}
 	return kubework.ReadContainerLogs(ctx, b.opts.Logs, pod, kubework.ContainerNamed(&pod.Spec, container), o)
 }

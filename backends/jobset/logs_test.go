@@ -52,7 +52,7 @@ func TestLogsPicksReplica(t *testing.T) {
 		{replica: "launcher-0-0", wantErr: `replicas: node-0-0, node-0-1, node-0-2`},
 	}
 	ctx, c := context.Background(), newFakeClient(pods...)
-	b := New(c, Options{Namespace: testNS, Logs: kubefake.NewClientset()})
+	b := New(c, Options{Namespace: testPrefix, Logs: kubefake.NewClientset()})
 	if _, err := b.Submit(ctx, d); err != nil {
 		t.Fatal(err)
 	}
@@ -80,11 +80,11 @@ func TestLogsPicksReplica(t *testing.T) {
 
 func TestLogsErrors(t *testing.T) {
 	ctx, d := context.Background(), testDispatch("d1")
-	if _, err := New(newFakeClient(), Options{Namespace: testNS}).Logs(ctx, d, backends.LogOptions{}); err == nil ||
+	if _, err := New(newFakeClient(), Options{Namespace: testPrefix}).Logs(ctx, d, backends.LogOptions{}); err == nil ||
 		!strings.Contains(err.Error(), "logs are not configured") {
 		t.Errorf("without a clientset: error = %v", err)
 	}
-	b := New(newFakeClient(), Options{Namespace: testNS, Logs: kubefake.NewClientset()})
+	b := New(newFakeClient(), Options{Namespace: testPrefix, Logs: kubefake.NewClientset()})
 	if _, err := b.Logs(ctx, d, backends.LogOptions{}); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("without a jobset: error = %v", err)
 	}

@@ -142,7 +142,7 @@ func TestSubmitMPIKeepsItsKeys(t *testing.T) {
 		}
 		return s.Data[corev1.SSHAuthPrivateKey]
 	}
-	if _, err := New(c, Options{Namespace: testNS}).Submit(ctx, d); err != nil {
+	if _, err := New(c, Options{Namespace: testPrefix}).Submit(ctx, d); err != nil {
 		t.Fatalf("Submit: %v", err)
 	}
 	first := readKey()
@@ -150,7 +150,7 @@ func TestSubmitMPIKeepsItsKeys(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: testNS, Name: name + "-mpi-hostfile"}, &cm); err != nil || len(cm.OwnerReferences) != 1 {
 		t.Fatalf("hostfile ConfigMap = %v owners %v; want one owned by the JobSet", err, cm.OwnerReferences)
 	}
-	if _, err := New(c, Options{Namespace: testNS}).Submit(ctx, d); err != nil {
+	if _, err := New(c, Options{Namespace: testPrefix}).Submit(ctx, d); err != nil {
 		t.Fatalf("second Submit: %v", err)
 	}
 	if string(readKey()) != string(first) {
@@ -159,7 +159,7 @@ func TestSubmitMPIKeepsItsKeys(t *testing.T) {
 	if err := c.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: secretKey.Name}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(c, Options{Namespace: testNS}).Submit(ctx, d); err != nil {
+	if _, err := New(c, Options{Namespace: testPrefix}).Submit(ctx, d); err != nil {
 		t.Fatalf("Submit after a lost Secret: %v", err)
 	}
 	if len(readKey()) == 0 {

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 )
 
 const (
@@ -40,6 +42,13 @@ type RenderOptions struct {
 	// through this one passes its own Eligible check, so the hub and the
 	// render share one source of truth.
 	Check func(*trainer.TrainingRuntimeSpec, *trainer.TrainJobSpec) error
+	// Policy is what the Target lets tenants put in pod specs (zero: a
+	// default Target's); every rendered pod template is checked against it.
+	Policy kubework.PodPolicy
+	// PeerLabel is the pod label whose value, the job's name, selects the
+	// pods its NetworkPolicy lets talk to each other (default JobSet's
+	// jobset.sigs.k8s.io/jobset-name).
+	PeerLabel string
 }
 
 // Render turns d into the JobSet that runs it on a spoke: Trainer's runtime
@@ -61,7 +70,8 @@ type Rendered struct {
 	// Companions are, in the JobSet's namespace, an MPI job's SSH key
 	// Secret (a fresh key pair on every render) and hostfile ConfigMap, or a
 	// Flux job's curve key Secret (derived from the TrainJob's UID, so the
-	// same on every render) and init script ConfigMap.
+	// same on every render) and init script ConfigMap; and last, always,
+	// the NetworkPolicy that lets the job's pods reach each other.
 	Companions []client.Object
 }
 
@@ -94,11 +104,41 @@ func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 		return nil, rejected(d, err)
 	}
 	finish(js, d)
+	if err := checkPods(js, companions, opts.Policy); err != nil {
+		return nil, rejected(d, err)
+	}
+	peer := opts.PeerLabel
+	if peer == "" {
+		peer = jobsetv1alpha2.JobSetNameKey
+	}
+	companions = append(companions, kubework.JobNetworkPolicy(js.Namespace, js.Name, peer, js.Name))
 	for _, o := range companions {
 		o.SetNamespace(js.Namespace)
 		o.SetLabels(backends.RemoteLabels(d))
 	}
 	return &Rendered{JobSet: js, Companions: companions}, nil
+}
+
+// checkPods refuses a JobSet whose pods set what policy does not allow, or
+// reference a Secret or ConfigMap that is not one of its companions.
+func checkPods(js *jobsetv1alpha2.JobSet, companions []client.Object, policy kubework.PodPolicy) error {
+	var own kubework.Own
+	for _, o := range companions {
+		switch o.(type) {
+		case *corev1.Secret:
+			own.Secrets = append(own.Secrets, o.GetName())
+		case *corev1.ConfigMap:
+			own.ConfigMaps = append(own.ConfigMaps, o.GetName())
+		}
+	}
+	for i := range js.Spec.ReplicatedJobs {
+		rj := &js.Spec.ReplicatedJobs[i]
+		tmpl := &rj.Template.Spec.Template
+		if err := policy.Check("replicated job "+rj.Name, &tmpl.ObjectMeta, &tmpl.Spec, own); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func rejected(d *v1alpha1.Dispatch, err error) error {

@@ -17,10 +17,21 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
-const testNS = "trainyard-jobs"
+// testPolicy is a default Target's, with the ServiceAccounts these tests
+// runtimes name allowed (trainer-sa in a tenant's patch, the one Kubeflow's
+// torch-distributed-with-cache runtime names).
+var testPolicy = kubework.PodPolicy{Allowed: v1alpha1.AllowedPodFields{
+	ServiceAccountNames: []string{"trainer-sa", "kubeflow-trainer-cache-initializer"}}}
+
+// testNS is the tenant namespace of team-a's jobs under testPrefix.
+const (
+	testPrefix = "trainyard-jobs"
+	testNS     = "trainyard-jobs-team-a"
+)
 
 var ctr = v1alpha1.RuntimeKindClusterTrainingRuntime
 
@@ -34,7 +45,7 @@ func torchDispatch(name string, tj *trainer.TrainJob, rt trainer.TrainingRuntime
 
 func mustRender(t *testing.T, d *v1alpha1.Dispatch) *jobsetv1alpha2.JobSet {
 	t.Helper()
-	js, err := Render(d, RenderOptions{Namespace: testNS})
+	js, err := Render(d, RenderOptions{Namespace: testNS, Policy: testPolicy})
 	if err != nil {
 		t.Fatalf("Render: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -28,7 +29,7 @@ const (
 // ownedJobSet gets d's JobSet (see kubework.GetOwned).
 func (b *Backend) ownedJobSet(ctx context.Context, d *v1alpha1.Dispatch) (*jobsetv1alpha2.JobSet, error) {
 	js := &jobsetv1alpha2.JobSet{}
-	if err := kubework.GetOwned(ctx, b.c, b.opts.LiveReader, b.opts.Namespace, d, js, Kind); err != nil {
+	if err := kubework.GetOwned(ctx, b.c, b.opts.LiveReader, kubework.NamespaceOf(b.opts.Namespace, d), d, js, Kind); err != nil {
 		return nil, err
 	}
 	return js, nil
@@ -41,10 +42,9 @@ func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.
 	if err != nil {
 		return nil, err
 	}
-	name := js.Name
 	var pods []corev1.Pod
 	if needsPods(js) {
-		if pods, err = b.pods(ctx, name); err != nil {
+		if pods, err = b.pods(ctx, client.ObjectKeyFromObject(js)); err != nil {
 			return nil, err
 		}
 	}

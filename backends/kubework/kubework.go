@@ -59,23 +59,22 @@ func CreateCompanions(ctx context.Context, c client.Client, reader client.Reader
 	return nil
 }
 
-// CreateRemote creates obj (a kind of remote work), creating its namespace
-// first if the API server says it is missing; on success obj is the
-// created object, UID included. Reacting to the error costs
-// no read on the common path and needs no namespace watch in a cache-backed
-// client. An object the spoke's validation refuses is rejected for good:
-// the same Dispatch always renders the same object. AlreadyExists is
-// returned as is, for the caller to adopt.
+// ErrNamespaceGone: the tenant namespace of remote work is gone (deleted
+// since the agent made it ready). The caller forgets it was ready, so the
+// next Submit makes it again, labels and NetworkPolicies included.
+var ErrNamespaceGone = errors.New("tenant namespace is gone")
+
+// CreateRemote creates obj (a kind of remote work) in its tenant namespace,
+// which the caller made ready (Namespaces.Ensure); on success obj is the
+// created object, UID included. A namespace the API server says is missing
+// is never made here, bare: the error wraps ErrNamespaceGone. An object the
+// spoke's validation refuses is rejected for good: the same Dispatch always
+// renders the same object. AlreadyExists is returned as is, for the caller
+// to adopt.
 func CreateRemote(ctx context.Context, c client.Client, obj client.Object, kind string) error {
 	err := c.Create(ctx, obj)
 	if isNamespaceNotFound(err) {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: obj.GetNamespace()}}
-		if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create namespace %s: %w", obj.GetNamespace(), err)
-		}
-		// The same obj, not a copy: a refused create leaves it as it was,
-		// and the caller needs the created object's UID to own companions.
-		err = c.Create(ctx, obj)
+		return fmt.Errorf("create %s %s/%s: %w: %w", kind, obj.GetNamespace(), obj.GetName(), ErrNamespaceGone, err)
 	}
 	if apierrors.IsInvalid(err) {
 		return fmt.Errorf("%w: %s %s/%s: %w", backends.ErrRejected, kind, obj.GetNamespace(), obj.GetName(), err)
@@ -134,12 +133,11 @@ func RemoteWorkOf(obj metav1.Object, kind string) backends.RemoteWork {
 	}
 }
 
-// ListRemote lists the objects of list's kind that trainyard made in
-// namespace, as remote work.
-func ListRemote(ctx context.Context, c client.Client, list client.ObjectList, namespace, kind string) ([]backends.RemoteWork, error) {
-	if err := c.List(ctx, list, client.InNamespace(namespace),
-		client.MatchingLabels{backends.LabelManagedBy: backends.ManagedByValue}); err != nil {
-		return nil, fmt.Errorf("list %ss in %s: %w", strings.ToLower(kind), namespace, err)
+// ListRemote lists the objects of list's kind that trainyard made in the
+// tenant namespaces of prefix (see IsTenantNamespace), as remote work.
+func ListRemote(ctx context.Context, c client.Client, list client.ObjectList, prefix, kind string) ([]backends.RemoteWork, error) {
+	if err := c.List(ctx, list, client.MatchingLabels{backends.LabelManagedBy: backends.ManagedByValue}); err != nil {
+		return nil, fmt.Errorf("list %ss: %w", strings.ToLower(kind), err)
 	}
 	items, err := apimeta.ExtractList(list)
 	if err != nil {
@@ -151,7 +149,9 @@ func ListRemote(ctx context.Context, c client.Client, list client.ObjectList, na
 		if err != nil {
 			return nil, err
 		}
-		work = append(work, RemoteWorkOf(obj, kind))
+		if IsTenantNamespace(prefix, obj.GetNamespace()) {
+			work = append(work, RemoteWorkOf(obj, kind))
+		}
 	}
 	return work, nil
 }
@@ -224,24 +224,6 @@ func ContainerNamed(spec *corev1.PodSpec, want string) string {
 		return want
 	}
 	return spec.Containers[0].Name
-}
-
-// MountsCompanions reports whether any of specs mounts a Secret or
-// ConfigMap whose name starts with owner's name: the companions Trainer's
-// plugins name after the job (MPI's <name>-mpi-ssh-auth and
-// <name>-mpi-hostfile, Flux's <name>-flux-curve and <name>-flux-entrypoint)
-// that Submit creates beside the remote work, and that adopting it must
-// make again if an interrupted Submit left them out.
-func MountsCompanions(owner string, specs ...*corev1.PodSpec) bool {
-	for _, spec := range specs {
-		for _, v := range spec.Volumes {
-			if (v.Secret != nil && strings.HasPrefix(v.Secret.SecretName, owner)) ||
-				(v.ConfigMap != nil && strings.HasPrefix(v.ConfigMap.Name, owner)) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // EarliestStart is the first start time among pods.

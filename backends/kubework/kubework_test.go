@@ -51,23 +51,3 @@ func TestContainerNamed(t *testing.T) {
 		}
 	}
 }
-
-func TestMountsCompanions(t *testing.T) {
-	withVolume := func(v corev1.VolumeSource) *corev1.PodSpec {
-		return &corev1.PodSpec{Volumes: []corev1.Volume{{Name: "v", VolumeSource: v}}}
-	}
-	secret := withVolume(corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "job-mpi-ssh-auth"}})
-	hostfile := withVolume(corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "job-mpi-hostfile"}}})
-	other := withVolume(corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "team-creds"}})
-	curve := withVolume(corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "job-flux-curve"}})
-	scripts := withVolume(corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "job-flux-entrypoint"}}})
-	if !MountsCompanions("job", other, secret) || !MountsCompanions("job", hostfile) {
-		t.Error("a mounted key Secret or hostfile of the job is not seen")
-	}
-	if !MountsCompanions("job", other, curve) || !MountsCompanions("job", scripts) {
-		t.Error("a mounted Flux curve Secret or script ConfigMap of the job is not seen")
-	}
-	if MountsCompanions("job", other, &corev1.PodSpec{}) {
-		t.Error("a Secret not named after the job counts as a companion")
-	}
-}

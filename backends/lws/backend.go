@@ -21,8 +21,13 @@ import (
 
 // Options configure a Backend.
 type Options struct {
-	// Namespace on the spoke for the LeaderWorkerSets.
+	// Namespace is the prefix of the spoke namespaces, one per hub
+	// namespace (see jobset.Options).
 	Namespace string
+	// Policy is what tenants may put in pod specs, and Binding gives the
+	// agent its rights in each tenant namespace (see jobset.Options).
+	Policy  kubework.PodPolicy
+	Binding *kubework.TenantBinding
 	// TopologyLevels are the node labels Capacity groups free GPUs by.
 	TopologyLevels []string
 	// LiveReader reads the API server directly, so "not found" is true
@@ -35,8 +40,9 @@ type Options struct {
 
 // Backend runs Dispatches as LeaderWorkerSets on one spoke cluster.
 type Backend struct {
-	c    client.Client
-	opts Options
+	c          client.Client
+	opts       Options
+	namespaces *kubework.Namespaces
 	// nodes reports the spoke's capacity: nodes and pod requests are the
 	// same whichever workload API made the pods.
 	nodes *jobset.Backend
@@ -57,7 +63,18 @@ func New(c client.Client, opts Options) *Backend {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Backend{c: c, opts: opts, nodes: jobset.New(c, jobset.Options{Namespace: opts.Namespace, TopologyLevels: opts.TopologyLevels})}
+	ns := &kubework.Namespaces{Prefix: opts.Namespace, Level: opts.Policy.Level, Binding: opts.Binding, Reader: opts.LiveReader}
+	return &Backend{c: c, opts: opts, namespaces: ns,
+		nodes: jobset.New(c, jobset.Options{Namespace: opts.Namespace, TopologyLevels: opts.TopologyLevels})}
+}
+
+// key is where d's LeaderWorkerSet is: its tenant's namespace, its remote name.
+func (b *Backend) key(d *v1alpha1.Dispatch) client.ObjectKey {
+	return client.ObjectKey{Namespace: kubework.NamespaceOf(b.opts.Namespace, d), Name: backends.RemoteName(d)}
+}
+
+func (b *Backend) render(d *v1alpha1.Dispatch, ns string) (*Rendered, error) {
+	return Render(d, jobset.RenderOptions{Namespace: ns, Policy: b.opts.Policy})
 }
 
 // Capacity is the spoke's capacity, as the JobSet backend counts it.
@@ -65,8 +82,8 @@ func (b *Backend) Capacity(ctx context.Context) (*backends.Capacity, error) {
 	return b.nodes.Capacity(ctx)
 }
 
-func (b *Backend) ref(name string) *v1alpha1.RemoteRef {
-	return &v1alpha1.RemoteRef{Kind: Kind, Namespace: b.opts.Namespace, Name: name}
+func (b *Backend) ref(key client.ObjectKey) *v1alpha1.RemoteRef {
+	return &v1alpha1.RemoteRef{Kind: Kind, Namespace: key.Namespace, Name: key.Name}
 }
 
 func (b *Backend) reader() client.Reader {
@@ -77,15 +94,15 @@ func (b *Backend) reader() client.Reader {
 }
 
 // get reads a LeaderWorkerSet, confirming a cached "not found" live.
-func (b *Backend) get(ctx context.Context, name string) (*lwsv1.LeaderWorkerSet, error) {
+func (b *Backend) get(ctx context.Context, key client.ObjectKey) (*lwsv1.LeaderWorkerSet, error) {
 	lws := &lwsv1.LeaderWorkerSet{}
-	return lws, kubework.Get(ctx, b.c, b.opts.LiveReader, client.ObjectKey{Namespace: b.opts.Namespace, Name: name}, lws)
+	return lws, kubework.Get(ctx, b.c, b.opts.LiveReader, key, lws)
 }
 
 // owned gets d's LeaderWorkerSet (see kubework.GetOwned).
 func (b *Backend) owned(ctx context.Context, d *v1alpha1.Dispatch) (*lwsv1.LeaderWorkerSet, error) {
 	lws := &lwsv1.LeaderWorkerSet{}
-	if err := kubework.GetOwned(ctx, b.c, b.opts.LiveReader, b.opts.Namespace, d, lws, Kind); err != nil {
+	if err := kubework.GetOwned(ctx, b.c, b.opts.LiveReader, kubework.NamespaceOf(b.opts.Namespace, d), d, lws, Kind); err != nil {
 		return nil, err
 	}
 	return lws, nil
@@ -96,27 +113,33 @@ func (b *Backend) owned(ctx context.Context, d *v1alpha1.Dispatch) (*lwsv1.Leade
 // a second one. Companions (MPI keys, hostfile) are created after it,
 // owned by it; an interrupted Submit's adopt creates those still missing.
 func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.RemoteRef, error) {
-	name := backends.RemoteName(d)
-	existing, err := b.get(ctx, name)
+	key := b.key(d)
+	existing, err := b.get(ctx, key)
 	switch {
 	case err == nil:
 		// Adopt before rendering: work made earlier is kept even if this
 		// agent would now render it differently.
 		return b.adopt(ctx, existing, d, nil)
 	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("get leaderworkerset %s/%s: %w", b.opts.Namespace, name, err)
+		return nil, fmt.Errorf("get leaderworkerset %s: %w", key, err)
 	}
-	r, err := Render(d, b.opts.Namespace)
+	r, err := b.render(d, key.Namespace)
 	if err != nil {
 		return nil, err
 	}
+	if _, err := b.namespaces.Ensure(ctx, b.c, d); err != nil {
+		return nil, err
+	}
 	err = kubework.CreateRemote(ctx, b.c, r.LWS, "leaderworkerset")
+	if errors.Is(err, kubework.ErrNamespaceGone) {
+		b.namespaces.Forget(r.LWS.Namespace)
+	}
 	switch {
 	case err == nil:
 		if err := kubework.CreateCompanions(ctx, b.c, b.reader(), r.LWS, r.Companions); err != nil {
 			return nil, err
 		}
-		return b.ref(name), nil
+		return b.ref(key), nil
 	case !apierrors.IsAlreadyExists(err):
 		return nil, err
 	}
@@ -128,8 +151,8 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 }
 
 // adopt takes over lws, made by an earlier Submit, and creates whichever
-// companions it mounts that an interrupted Submit left out, from r (a
-// fresh render when nil, made only if the set mounts companions).
+// companions (MPI's keys and hostfile, its NetworkPolicy) an interrupted
+// Submit left out, from r (a fresh render when nil).
 func (b *Backend) adopt(ctx context.Context, lws *lwsv1.LeaderWorkerSet, d *v1alpha1.Dispatch, r *Rendered) (*v1alpha1.RemoteRef, error) {
 	if err := kubework.CheckOwned(lws, d); err != nil {
 		return nil, err
@@ -137,24 +160,16 @@ func (b *Backend) adopt(ctx context.Context, lws *lwsv1.LeaderWorkerSet, d *v1al
 	if lws.DeletionTimestamp != nil {
 		return nil, fmt.Errorf("leaderworkerset %s/%s is being deleted", lws.Namespace, lws.Name)
 	}
-	tmpl := &lws.Spec.LeaderWorkerTemplate
-	specs := []*corev1.PodSpec{&tmpl.WorkerTemplate.Spec}
-	if tmpl.LeaderTemplate != nil {
-		specs = append(specs, &tmpl.LeaderTemplate.Spec)
-	}
-	if !kubework.MountsCompanions(lws.Name, specs...) {
-		return b.ref(lws.Name), nil
-	}
 	if r == nil {
 		var err error
-		if r, err = Render(d, b.opts.Namespace); err != nil {
+		if r, err = b.render(d, lws.Namespace); err != nil {
 			return nil, err
 		}
 	}
 	if err := kubework.CreateCompanions(ctx, b.c, b.reader(), lws, r.Companions); err != nil {
 		return nil, err
 	}
-	return b.ref(lws.Name), nil
+	return b.ref(client.ObjectKeyFromObject(lws)), nil
 }
 
 // Cancel deletes d's LeaderWorkerSet in the foreground; gone once it is
@@ -163,7 +178,7 @@ func (b *Backend) Cancel(ctx context.Context, d *v1alpha1.Dispatch) (bool, error
 	lws, err := b.owned(ctx, d)
 	switch {
 	case errors.Is(err, backends.ErrNotFound):
-		pods, err := b.pods(ctx, backends.RemoteName(d))
+		pods, err := b.pods(ctx, b.key(d))
 		return err == nil && len(pods) == 0, err
 	case err != nil:
 		return false, err
@@ -178,17 +193,17 @@ func (b *Backend) deleteForeground(ctx context.Context, lws *lwsv1.LeaderWorkerS
 	return kubework.DeleteForeground(ctx, b.c, lws, uid, "leaderworkerset")
 }
 
-// pods lists the pods of the LeaderWorkerSet name, leader and workers.
-func (b *Backend) pods(ctx context.Context, name string) ([]corev1.Pod, error) {
+// pods lists the pods of the LeaderWorkerSet at key, leader and workers.
+func (b *Backend) pods(ctx context.Context, key client.ObjectKey) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := b.c.List(ctx, &pods, client.InNamespace(b.opts.Namespace),
-		client.MatchingLabels{lwsv1.SetNameLabelKey: name}); err != nil {
-		return nil, fmt.Errorf("list pods of leaderworkerset %s/%s: %w", b.opts.Namespace, name, err)
+	if err := b.c.List(ctx, &pods, client.InNamespace(key.Namespace),
+		client.MatchingLabels{lwsv1.SetNameLabelKey: key.Name}); err != nil {
+		return nil, fmt.Errorf("list pods of leaderworkerset %s: %w", key, err)
 	}
 	return pods.Items, nil
 }
 
-// ListRemote lists the LeaderWorkerSets trainyard made in the namespace.
+// ListRemote lists the LeaderWorkerSets trainyard made in the tenant namespaces.
 func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error) {
 	return kubework.ListRemote(ctx, b.c, &lwsv1.LeaderWorkerSetList{}, b.opts.Namespace, Kind)
 }

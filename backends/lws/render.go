@@ -45,12 +45,14 @@ var workerIndexField = "metadata.labels['" + lwsv1.WorkerIndexLabelKey + "']"
 // torch plugin points PET_NODE_RANK at it.
 const completionIndexField = "metadata.annotations['" + batchv1.JobCompletionIndexAnnotation + "']"
 
-// Render turns d into the LeaderWorkerSet that runs it in namespace.
-// Runtimes that do not map onto one leader and its workers (CheckRuntime,
-// which Eligible runs on the hub) are refused with an error wrapping
-// backends.ErrRejected.
-func Render(d *v1alpha1.Dispatch, namespace string) (*Rendered, error) {
-	r, err := jobset.RenderAll(d, jobset.RenderOptions{Namespace: namespace, Check: CheckRuntime})
+// Render turns d into the LeaderWorkerSet that runs it in opts.Namespace,
+// under the Target's opts.Policy. Runtimes that do not map onto one leader
+// and its workers (CheckRuntime, which Eligible runs on the hub) are
+// refused with an error wrapping backends.ErrRejected. The job's
+// NetworkPolicy selects its pods by the set's name label.
+func Render(d *v1alpha1.Dispatch, opts jobset.RenderOptions) (*Rendered, error) {
+	opts.Check, opts.PeerLabel = CheckRuntime, lwsv1.SetNameLabelKey
+	r, err := jobset.RenderAll(d, opts)
 	if err != nil {
 		return nil, err
 	}

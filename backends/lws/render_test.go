@@ -14,6 +14,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/backends/jobset"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -31,7 +32,7 @@ func torchDispatch(numNodes int32, rt trainer.TrainingRuntimeSpec) *tyt.Dispatch
 func TestRenderTorch(t *testing.T) {
 	d := torchDispatch(3, tyt.TorchRuntimeSpec(1)).Obj()
 	d.Spec.PodSets[0].Topology = &v1alpha1.TopologyAssignment{Levels: []string{"rack"}, Domains: []v1alpha1.TopologyDomainAssignment{{Values: []string{"r1"}, Count: 3}}}
-	r, err := Render(d, testNS)
+	r, err := Render(d, jobset.RenderOptions{Namespace: testNS})
 	if err != nil {
 		t.Fatalf("Render: %v", err)
 	}
@@ -86,7 +87,7 @@ func TestRenderMPI(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			d := tyt.MPIDispatch(tc.numNodes, 2, tc.launcherAsNode).Obj()
-			r, err := Render(d, testNS)
+			r, err := Render(d, jobset.RenderOptions{Namespace: testNS})
 			if err != nil {
 				t.Fatalf("Render: %v", err)
 			}
@@ -140,7 +141,7 @@ func TestRenderRejects(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := Render(tc.d, testNS)
+			_, err := Render(tc.d, jobset.RenderOptions{Namespace: testNS})
 			if !errors.Is(err, backends.ErrRejected) || !errors.Is(err, tc.want) {
 				t.Fatalf("Render error = %v, want rejected with %v", err, tc.want)
 			}

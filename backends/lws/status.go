@@ -58,7 +58,7 @@ func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.
 		return &backends.Status{Phase: f.Phase, Reason: f.Reason, Message: f.Message, ExitCode: f.ExitCode,
 			StartTime: f.Start, CompletionTime: &f.At}, nil
 	}
-	pods, err := b.pods(ctx, lws.Name)
+	pods, err := b.pods(ctx, client.ObjectKeyFromObject(lws))
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +183,7 @@ func (b *Backend) Logs(ctx context.Context, d *v1alpha1.Dispatch, o backends.Log
 	if err != nil {
 		return nil, err
 	}
-	pods, err := b.pods(ctx, lws.Name)
+	pods, err := b.pods(ctx, client.ObjectKeyFromObject(lws))
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 
 type flags struct {
 	target, backend, hubKubeconfig, spokeKubeconfig string
+	spokeTenantRole                                 string
 	metricsAddr, probeAddr                          string
 	leaderElect                                     bool
 	qps                                             float64
@@ -38,6 +39,7 @@ func main() {
 	flag.StringVar(&f.backend, "backend", "kubernetes", "execution system: kubernetes or slurm (must match the Target's type)")
 	flag.StringVar(&f.hubKubeconfig, "hub-kubeconfig", "", "kubeconfig of the hub (credentials limited to the target's agent namespace)")
 	flag.StringVar(&f.spokeKubeconfig, "spoke-kubeconfig", "", "kubeconfig of the spoke (kubernetes backend; default: in-cluster)")
+	flag.StringVar(&f.spokeTenantRole, "spoke-tenant-role", "", "spoke ClusterRole the agent binds to itself in each tenant namespace it makes (kubernetes backend; empty: its own RBAC covers them)")
 	flag.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables)")
 	flag.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	flag.BoolVar(&f.leaderElect, "leader-elect", true, "elect one active agent among replicas")
@@ -83,6 +85,7 @@ func run(f flags) error {
 		mgr, err = spoke.NewKubernetesAgent(ctx, hubCfg, spoke.KubernetesOptions{
 			Target: f.target, Spoke: spokeCfg, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
 			LeaderElect: f.leaderElect, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
+			TenantRole: f.spokeTenantRole,
 		})
 	case "slurm":
 		mgr, err = spoke.NewSlurmAgent(ctx, hubCfg, spoke.SlurmOptions{

@@ -13,6 +13,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	"github.com/trainyard-dev/trainyard/backends/lws"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
 )
@@ -32,10 +33,13 @@ func Check(t *v1alpha1.Target, d *v1alpha1.Dispatch) string {
 	var err error
 	switch t.Spec.Type {
 	case v1alpha1.TargetTypeKubernetes:
+		// The Target's pod policy (Pod Security level, allowed pod fields)
+		// is part of the answer: the agent renders under the same one.
+		opts := jobset.RenderOptions{Namespace: renderNamespace, Policy: kubework.PolicyOf(t.Spec.Kubernetes)}
 		if t.Spec.Kubernetes != nil && t.Spec.Kubernetes.Backend == v1alpha1.KubernetesBackendLeaderWorkerSet {
-			_, err = lws.Render(&c, renderNamespace)
+			_, err = lws.Render(&c, opts)
 		} else {
-			_, err = jobset.Render(&c, jobset.RenderOptions{Namespace: renderNamespace})
+			_, err = jobset.Render(&c, opts)
 		}
 	case v1alpha1.TargetTypeSlurm:
 		_, err = slurm.Render(&c, t)

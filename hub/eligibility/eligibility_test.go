@@ -55,9 +55,12 @@ func fleet() map[string]*v1alpha1.Target {
 	lws := tyt.MakeKubernetesTarget("lws", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{Backend: v1alpha1.KubernetesBackendLeaderWorkerSet}).Obj()
 	slurm := tyt.MakeSlurmTarget("hpc", "gpu", "gpu").SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "alice"}).Obj()
 	return map[string]*v1alpha1.Target{
-		"jobset": tyt.MakeKubernetesTarget("jobset", "gpu").Obj(),
-		"lws":    lws,
-		"hpc":    slurm,
+		// Kubeflow's torch-distributed-with-cache runs its initializer as
+		// this ServiceAccount, which a Target must allow by name.
+		"jobset": tyt.MakeKubernetesTarget("jobset", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{
+			AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{"kubeflow-trainer-cache-initializer"}}}).Obj(),
+		"lws": lws,
+		"hpc": slurm,
 	}
 }
 

@@ -19,7 +19,9 @@ func AgentRBAC(t *v1alpha1.Target, subject rbacv1.Subject) []client.Object {
 	role := &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{group}, Resources: []string{"dispatches"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+			// patch: the agent's finalizer; nothing else of a Dispatch's spec
+			// or metadata is the agent's to change.
+			{APIGroups: []string{group}, Resources: []string{"dispatches"}, Verbs: []string{"get", "list", "watch", "patch"}},
 			{APIGroups: []string{group}, Resources: []string{"dispatches/status"}, Verbs: []string{"get", "update", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},

@@ -42,9 +42,12 @@ type Options struct {
 	// SpokeBackends maps spoke names to the workload API their Target
 	// renders jobs into (default JobSet).
 	SpokeBackends map[string]v1alpha1.KubernetesBackend
-	// SpokeNamespace is where remote JobSets go (default "jobs").
+	// SpokeNamespace is the prefix of the spokes' tenant namespaces (default
+	// "jobs"): a hub namespace's jobs go to kubework.TenantNamespace(it, ns).
 	SpokeNamespace string
-	TopologyLevels []string
+	// AllowedPodFields are the spoke Targets' spec.kubernetes.allowedPodFields.
+	AllowedPodFields *v1alpha1.AllowedPodFields
+	TopologyLevels   []string
 	// LostTargetTimeout, when LeaseDuration is unset, is the agents' lease
 	// duration, on the hub and in the agents alike.
 	LostTargetTimeout time.Duration
@@ -214,6 +217,7 @@ func registerTarget(ctx context.Context, h *kube.Cluster, name string, o Options
 	}
 	t := tytesting.MakeKubernetesTarget(name, flavor).Kubernetes(&v1alpha1.KubernetesTarget{
 		Namespace: o.SpokeNamespace, TopologyLevels: o.TopologyLevels, Backend: o.SpokeBackends[name],
+		AllowedPodFields: o.AllowedPodFields,
 	}).Obj()
 	return createTarget(ctx, h, t)
 }

@@ -12,24 +12,34 @@ import (
 )
 
 // TestAgentKubernetes: a Kubernetes agent reads nodes, pods and JobSets
-// across its spoke, writes JobSets only in the jobs namespace, and runs
-// with leader election, probes and the hub kubeconfig mounted where its
-// flag points.
+// across its spoke and makes tenant namespaces; its writes come from a
+// ClusterRole it may only bind, in namespaces labelled as a tenant's (an
+// admission policy says so), and it runs with leader election, probes and
+// the hub kubeconfig mounted where its flag points.
 func TestAgentKubernetes(t *testing.T) {
 	objs := agentRelease().render(t)
 	sa := objs.one(t, "ServiceAccount")
 	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.GetName(), Namespace: releaseNS}}
 
-	cr := as[rbacv1.ClusterRole](t, objs.one(t, "ClusterRole"))
+	cr := as[rbacv1.ClusterRole](t, objs.named(t, "ClusterRole", "trainyard-agent-spoke1-spoke"))
+	tenant := as[rbacv1.ClusterRole](t, objs.named(t, "ClusterRole", "trainyard-agent-spoke1-tenant"))
 	for _, r := range []struct{ group, resource string }{{"", "nodes"}, {"", "pods"}, {"jobset.x-k8s.io", "jobsets"}} {
 		if !grants(cr.Rules, r.group, r.resource, "get", "list", "watch") {
 			t.Errorf("ClusterRole does not let the agent read %s: %+v", r.resource, cr.Rules)
 		}
 	}
+	// Cluster-wide writes: making namespaces and binding the tenant role, nothing else.
+	writes := map[string][]string{"namespaces": {"create"}, "rolebindings": {"create"}, "clusterroles": {"bind"}}
 	for _, rule := range cr.Rules {
 		for _, v := range rule.Verbs {
-			if !slices.Contains([]string{"get", "list", "watch"}, v) {
-				t.Errorf("ClusterRole grants %s on %v cluster-wide; writes belong in the jobs namespace", v, rule.Resources)
+			if slices.Contains([]string{"get", "list", "watch"}, v) {
+				continue
+			}
+			if len(rule.Resources) != 1 || !slices.Contains(writes[rule.Resources[0]], v) {
+				t.Errorf("ClusterRole grants %s on %v cluster-wide; writes belong in the tenant role", v, rule.Resources)
+			}
+			if rule.Resources[0] == "clusterroles" && !cmp.Equal(rule.ResourceNames, []string{tenant.Name}) {
+				t.Errorf("the agent may bind %v, want only %s", rule.ResourceNames, tenant.Name)
 			}
 		}
 		if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") {
@@ -40,17 +50,21 @@ func TestAgentKubernetes(t *testing.T) {
 	if crb.RoleRef.Name != cr.Name || !cmp.Equal(subject, crb.Subjects) {
 		t.Errorf("ClusterRoleBinding %+v -> %+v, want %s -> %+v", crb.RoleRef, crb.Subjects, cr.Name, subject)
 	}
-
-	role := as[rbacv1.Role](t, objs.one(t, "Role"))
-	if role.Namespace != jobsNS || !grants(role.Rules, "jobset.x-k8s.io", "jobsets", "get", "list", "watch", "create", "delete") {
-		t.Errorf("Role %s/%s = %+v, want JobSet create/get/list/watch/delete in %s", role.Namespace, role.Name, role.Rules, jobsNS)
+	if !grants(tenant.Rules, "jobset.x-k8s.io", "jobsets", "get", "list", "watch", "create", "delete") ||
+		!grants(tenant.Rules, "networking.k8s.io", "networkpolicies", "create") || !grants(tenant.Rules, "", "secrets", "get", "create") {
+		t.Errorf("tenant ClusterRole = %+v, want JobSets, companions and NetworkPolicies", tenant.Rules)
 	}
-	if grants(role.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "create") {
+	if grants(tenant.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "create") {
 		t.Error("LeaderWorkerSets granted without kubernetes.leaderWorkerSet")
 	}
-	rb := as[rbacv1.RoleBinding](t, objs.one(t, "RoleBinding"))
-	if rb.Namespace != jobsNS || rb.RoleRef.Name != role.Name || !cmp.Equal(subject, rb.Subjects) {
-		t.Errorf("RoleBinding %s/%s %+v -> %+v, want %s/%s -> %+v", rb.Namespace, rb.Name, rb.RoleRef, rb.Subjects, jobsNS, role.Name, subject)
+	for _, kind := range []string{"Role", "RoleBinding"} {
+		if n := len(objs.ofKind(kind)); n != 0 {
+			t.Errorf("%d %s rendered: the agent binds its tenant role itself", n, kind)
+		}
+	}
+	vap := objs.one(t, "ValidatingAdmissionPolicy")
+	if b := objs.one(t, "ValidatingAdmissionPolicyBinding"); b.Object["spec"].(map[string]any)["policyName"] != vap.GetName() {
+		t.Errorf("ValidatingAdmissionPolicyBinding %v does not bind %s", b.Object["spec"], vap.GetName())
 	}
 	// Names stay clear of the hub RBAC hub/targets.AgentRBAC makes
 	// (trainyard-agent-<target>), should the spoke be the hub cluster.
@@ -63,7 +77,7 @@ func TestAgentKubernetes(t *testing.T) {
 	d := as[appsv1.Deployment](t, objs.one(t, "Deployment"))
 	c := container(t, d, "agent")
 	for _, a := range []string{"--target=spoke1", "--backend=kubernetes", "--leader-elect=true",
-		"--health-probe-bind-address=:8081", "--metrics-bind-address=:8080"} {
+		"--health-probe-bind-address=:8081", "--metrics-bind-address=:8080", "--spoke-tenant-role=" + tenant.Name} {
 		if !slices.Contains(c.Args, a) {
 			t.Errorf("agent args %q lack %q", c.Args, a)
 		}
@@ -77,12 +91,12 @@ func TestAgentKubernetes(t *testing.T) {
 		t.Errorf("--hub-kubeconfig reads %q, want Secret trainyard-hub-kubeconfig key kubeconfig", got)
 	}
 
-	lws := agentRelease("--set", "kubernetes.leaderWorkerSet=true", "--set", "kubernetes.jobsNamespace=ml-jobs").render(t)
-	role = as[rbacv1.Role](t, lws.one(t, "Role"))
-	if role.Namespace != "ml-jobs" || !grants(role.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "create", "delete", "patch") {
-		t.Errorf("with leaderWorkerSet, Role %s = %+v, want LeaderWorkerSet writes in ml-jobs", role.Namespace, role.Rules)
+	lws := agentRelease("--set", "kubernetes.leaderWorkerSet=true").render(t)
+	role := as[rbacv1.ClusterRole](t, lws.named(t, "ClusterRole", tenant.Name))
+	if !grants(role.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "create", "delete", "patch") {
+		t.Errorf("with leaderWorkerSet, tenant ClusterRole = %+v, want LeaderWorkerSet writes", role.Rules)
 	}
-	if cr := as[rbacv1.ClusterRole](t, lws.one(t, "ClusterRole")); !grants(cr.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "list", "watch") {
+	if cr := as[rbacv1.ClusterRole](t, lws.named(t, "ClusterRole", cr.Name)); !grants(cr.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "list", "watch") {
 		t.Errorf("with leaderWorkerSet, ClusterRole = %+v, want LeaderWorkerSet reads", cr.Rules)
 	}
 }

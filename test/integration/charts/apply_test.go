@@ -8,6 +8,8 @@ import (
 	. "github.com/onsi/gomega"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/spoke"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
@@ -30,9 +33,10 @@ var needsCRDs = map[string]bool{"Certificate": true, "Issuer": true, "ServiceMon
 // TestChartsOnAPIServer installs both rendered charts, hub and a
 // Kubernetes agent, into one real API server (the spoke is the hub
 // cluster), with strict field validation. The agent's JobSet backend then
-// runs Capacity, Submit, Observe, ListRemote and Cancel as the chart's
+// runs Capacity, Submit (which makes the tenant namespace and binds the
+// chart's tenant role there), Observe, ListRemote and Cancel as the chart's
 // ServiceAccount, so the spoke RBAC is proven sufficient, and writes outside
-// the jobs namespace are refused, so it is proven narrow.
+// the tenant namespaces are refused, so it is proven narrow.
 func TestChartsOnAPIServer(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -42,9 +46,7 @@ func TestChartsOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.Stop() }()
-	for _, ns := range []string{releaseNS, jobsNS} {
-		g.Expect(c.EnsureNamespace(ctx, ns)).To(Succeed())
-	}
+	g.Expect(c.EnsureNamespace(ctx, releaseNS)).To(Succeed())
 
 	hub := hubRelease().render(t)
 	install(ctx, t, c, hub)
@@ -72,7 +74,8 @@ func TestChartsOnAPIServer(t *testing.T) {
 	}
 
 	install(ctx, t, c, agentRelease().render(t))
-	cfg, err := c.AddUser("system:serviceaccount:"+releaseNS+":trainyard-agent-spoke1",
+	agentUser := "system:serviceaccount:" + releaseNS + ":trainyard-agent-spoke1"
+	cfg, err := c.AddUser(agentUser,
 		"system:serviceaccounts", "system:serviceaccounts:"+releaseNS, "system:authenticated")
 	g.Expect(err).NotTo(HaveOccurred())
 	// The spoke side of the agent as spoke/kubernetes.go builds it: a
@@ -83,7 +86,10 @@ func TestChartsOnAPIServer(t *testing.T) {
 	g.Expect(cl.GetCache().WaitForCacheSync(ctx)).To(BeTrue(), "the agent's spoke cache did not start")
 	_, err = cl.GetCache().GetInformer(ctx, &jobsetapi.JobSet{})
 	g.Expect(err).NotTo(HaveOccurred(), "the agent cannot watch JobSets")
-	b := jobset.New(cl.GetClient(), jobset.Options{Namespace: jobsNS, LiveReader: cl.GetAPIReader()})
+	// The binding spoke/kubernetes.go makes of --spoke-tenant-role.
+	binding := &kubework.TenantBinding{ClusterRole: "trainyard-agent-spoke1-tenant",
+		Subject: rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: agentUser}}
+	b := jobset.New(cl.GetClient(), jobset.Options{Namespace: jobsNS, Binding: binding, LiveReader: cl.GetAPIReader()})
 	// A read the RBAC forbids never syncs its informer: bound each call.
 	call := func() context.Context {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -97,9 +103,15 @@ func TestChartsOnAPIServer(t *testing.T) {
 	d := tyt.MakeDispatch("rbac", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
 		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tyt.TorchRuntimeSpec(1)).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 1}).Obj()
-	ref, err := b.Submit(call(), d)
-	g.Expect(err).NotTo(HaveOccurred(), "Submit as the agent")
-	g.Expect(ref.Namespace).To(Equal(jobsNS))
+	// The RoleBinding it makes takes effect once the API server's
+	// authorizer has seen it: Submit is retried as the agent would.
+	var ref *v1alpha1.RemoteRef
+	g.Eventually(func() error {
+		ref, err = b.Submit(call(), d)
+		return err
+	}, util.Timeout, util.Interval).Should(Succeed(), "Submit as the agent")
+	tenantNS := kubework.TenantNamespace(jobsNS, "team-a")
+	g.Expect(ref.Namespace).To(Equal(tenantNS))
 	_, err = b.Observe(call(), d)
 	g.Expect(err).NotTo(HaveOccurred(), "Observe as the agent")
 	g.Eventually(func(g Gomega) {
@@ -113,14 +125,28 @@ func TestChartsOnAPIServer(t *testing.T) {
 	direct, err := client.New(cfg, client.Options{Scheme: spoke.SpokeScheme()})
 	g.Expect(err).NotTo(HaveOccurred())
 	outside := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "outside", Namespace: "default"}}
-	for what, err := range map[string]error{
-		"create a JobSet in default": direct.Create(ctx, outside),
-		"list Secrets":               direct.List(ctx, &corev1.SecretList{}),
-		"create a Namespace":         direct.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x"}}),
-		"delete a Node":              direct.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}),
-	} {
-		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the agent may %s: %v", what, err)
+	bind := func(ns, role string) *rbacv1.RoleBinding {
+		return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + role, Namespace: ns},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}, Subjects: []rbacv1.Subject{binding.Subject}}
 	}
+	relabel := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{kubework.LabelTenant: "x"}}}
+	for what, err := range map[string]error{
+		"create a JobSet in default":           direct.Create(ctx, outside),
+		"list Secrets":                         direct.List(ctx, &corev1.SecretList{}),
+		"label a Namespace it did not make":    direct.Patch(ctx, relabel, client.Merge),
+		"delete a Node":                        direct.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}),
+		"bind another role in its namespace":   direct.Create(ctx, bind(tenantNS, "cluster-admin")),
+		"bind its tenant role outside tenants": direct.Create(ctx, bind("default", binding.ClusterRole)),
+	} {
+		// The admission policy answers Invalid, RBAC Forbidden.
+		g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "the agent may %s: %v", what, err)
+	}
+	// Its RoleBinding, namespace labels and NetworkPolicies are where they belong.
+	var ns corev1.Namespace
+	g.Expect(c.Client.Get(ctx, client.ObjectKey{Name: tenantNS}, &ns)).To(Succeed())
+	g.Expect(ns.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "baseline"))
+	var np networkingv1.NetworkPolicy
+	g.Expect(c.Client.Get(ctx, client.ObjectKey{Namespace: tenantNS, Name: kubework.PolicyDefaultDeny}, &np)).To(Succeed())
 }
 
 // install creates every object the API server knows the kind of, CRDs

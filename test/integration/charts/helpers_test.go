@@ -33,7 +33,7 @@ const (
 	agentChart = "trainyard-agent"
 	// releaseNS is where the tests install both charts.
 	releaseNS = "trainyard-system"
-	// jobsNS is the agent's default jobs namespace (the Target's default too).
+	// jobsNS is the default prefix of the tenant namespaces (the Target's spec.kubernetes.namespace).
 	jobsNS = "trainyard-jobs"
 )
 

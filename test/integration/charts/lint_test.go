@@ -60,8 +60,9 @@ func TestBadValuesRejected(t *testing.T) {
 			[]string{schema, "/certManager/issuerRef/kind", "'Issuer', 'ClusterIssuer'"}},
 		{"agent unknown backend", agentRelease("--set", "backend=pbs"),
 			[]string{schema, "/backend", "value must be one of 'kubernetes', 'slurm'"}},
-		{"agent bad jobs namespace", agentRelease("--set", "kubernetes.jobsNamespace=Jobs_NS"),
-			[]string{schema, "/kubernetes/jobsNamespace"}},
+		// The agent makes one namespace per tenant; a jobs namespace of old is refused.
+		{"agent jobs namespace", agentRelease("--set", "kubernetes.jobsNamespace=jobs"),
+			[]string{schema, "/kubernetes", "jobsNamespace"}},
 		{"agent extra arg without dashes", agentRelease("--set", "extraArgs={verbose}"),
 			[]string{schema, "/extraArgs/0"}},
 		{"agent without target", release{chart: agentChart, name: "a", values: []string{"--set", "hub.kubeconfigSecret=k"}},

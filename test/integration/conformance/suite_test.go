@@ -24,6 +24,7 @@ import (
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
@@ -38,7 +39,7 @@ const (
 	// go to any target.
 	anyQueue  = "lq-any"
 	anyFlavor = "gpu"
-	// spokeNamespace is where remote jobs go on the spokes.
+	// spokeNamespace is the prefix of the spokes' tenant namespaces.
 	spokeNamespace = "jobs"
 	// cacheInitializerSA is the ServiceAccount Trainer's data-cache runtime
 	// runs its initializer as; a site using the cache installs it.
@@ -107,6 +108,7 @@ func run(m *testing.M) (code int) {
 	}
 	env.ctrls, err = trainyard.Start(ctx, env.fleet, trainyard.Options{
 		Flavor: anyFlavor, SpokeNamespace: spokeNamespace,
+		AllowedPodFields:  &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{cacheInitializerSA}},
 		SpokeBackends:     map[string]v1alpha1.KubernetesBackend{"spoke2": v1alpha1.KubernetesBackendLeaderWorkerSet},
 		LostTargetTimeout: 5 * time.Minute, HeartbeatInterval: time.Second,
 		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
@@ -132,7 +134,8 @@ func run(m *testing.M) (code int) {
 }
 
 // setUpSpokes gives each spoke 4 kwok nodes of 4 GPUs, and the
-// ServiceAccount Trainer's data cache runs as.
+// ServiceAccount Trainer's data cache runs as, in the tenant's namespace
+// (which the Targets allow).
 func setUpSpokes(ctx context.Context) error {
 	for _, s := range env.fleet.Spokes {
 		var nodes []kube.NodeSpec
@@ -142,10 +145,11 @@ func setUpSpokes(ctx context.Context) error {
 		if _, err := util.SetUpSpoke(ctx, s, nodes); err != nil {
 			return err
 		}
-		if err := s.EnsureNamespace(ctx, spokeNamespace); err != nil {
+		ns := kubework.TenantNamespace(spokeNamespace, tenant)
+		if err := s.EnsureNamespace(ctx, ns); err != nil {
 			return err
 		}
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: cacheInitializerSA, Namespace: spokeNamespace}}
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: cacheInitializerSA, Namespace: ns}}
 		if err := s.Client.Create(ctx, sa); client.IgnoreAlreadyExists(err) != nil {
 			return err
 		}

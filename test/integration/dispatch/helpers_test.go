@@ -70,7 +70,7 @@ func remoteJobSetsOf(t *testing.T, tj *trainer.TrainJob) []remoteJobSet {
 	var out []remoteJobSet
 	for _, s := range env.fleet.Spokes {
 		var list jobset.JobSetList
-		if err := s.Client.List(context.Background(), &list, client.InNamespace("jobs"),
+		if err := s.Client.List(context.Background(), &list, client.InNamespace(spokeNS),
 			client.MatchingLabels{v1alpha1.LabelTrainJobUID: string(tj.UID)}); err != nil {
 			t.Fatalf("list JobSets on %s: %v", s.Name, err)
 		}

@@ -207,7 +207,7 @@ func TestDeletingTrainJobRemovesRemoteWork(t *testing.T) {
 	g.Eventually(func() int { return len(remoteJobSetsOf(t, tj)) }, util.Timeout, util.Interval).Should(BeZero())
 	g.Eventually(func(g Gomega) {
 		var pods corev1.PodList
-		g.Expect(spoke.Client.List(ctx, &pods, client.InNamespace("jobs"),
+		g.Expect(spoke.Client.List(ctx, &pods, client.InNamespace(spokeNS),
 			client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)})).To(Succeed())
 		g.Expect(pods.Items).To(BeEmpty())
 		g.Expect(dispatchesOf(g, wl)).To(BeEmpty())

@@ -27,7 +27,7 @@ func TestLogsFromTheSpokePod(t *testing.T) {
 	g.Expect(remote).To(HaveLen(1))
 	spoke := spokeNamed(remote[0].spoke)
 	for _, idx := range []string{"0", "1"} {
-		_, err := spoke.SetPodLogs(context.Background(), "jobs", map[string]string{
+		_, err := spoke.SetPodLogs(context.Background(), spokeNS, map[string]string{
 			jobsetapi.JobSetNameKey:                    remote[0].js.Name,
 			"batch.kubernetes.io/job-completion-index": idx,
 		}, "node", fmt.Sprintf("rank %s step 1", idx), fmt.Sprintf("rank %s step 2", idx))
@@ -38,7 +38,7 @@ func TestLogsFromTheSpokePod(t *testing.T) {
 		out, errOut, code := trainyardCLI("logs", tj.Name, "-n", tenant, "--replica", "node-0-1", "--tail", "1")
 		g.Expect(code).To(BeZero(), "stderr: %s", errOut)
 		g.Expect(out).To(Equal("rank 1 step 2\n"))
-		g.Expect(errOut).To(ContainSubstring("from pod jobs/" + remote[0].js.Name + "-node-0-1"))
+		g.Expect(errOut).To(ContainSubstring("from pod " + spokeNS + "/" + remote[0].js.Name + "-node-0-1"))
 	}, util.Timeout, util.Interval).Should(Succeed())
 	out, errOut, code := trainyardCLI("logs", tj.Name, "-n", tenant)
 	g.Expect(code).To(BeZero(), "stderr: %s", errOut)

@@ -39,11 +39,11 @@ func TestLongestTrainJobNameRunsEndToEnd(t *testing.T) {
 	g.Expect(c.Create(ctx, rt)).To(Succeed())
 	t.Cleanup(func() { _ = c.Delete(ctx, rt) })
 	// The initializer runs as the service account Trainer's install makes,
-	// which an operator adds to the agent's jobs namespace.
+	// which an operator adds to the tenant's namespace and the Target allows.
 	for _, s := range env.fleet.Spokes {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "jobs"}}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: spokeNS}}
 		g.Expect(client.IgnoreAlreadyExists(s.Client.Create(ctx, ns))).To(Succeed())
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "jobs",
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: spokeNS,
 			Name: shipped.Spec.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.ServiceAccountName}}
 		g.Expect(client.IgnoreAlreadyExists(s.Client.Create(ctx, sa))).To(Succeed())
 		t.Cleanup(func() { _ = s.Client.Delete(ctx, sa) })

@@ -14,6 +14,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
 	"github.com/trainyard-dev/trainyard/test/util"
@@ -32,6 +34,10 @@ const (
 	leaseGrace     = 5 * time.Second
 	heartbeatEvery = time.Second
 )
+
+// spokeNS is where the tenant's jobs run on the spokes (the harness's
+// Targets use the prefix "jobs").
+var spokeNS = kubework.TenantNamespace("jobs", tenant)
 
 var env *environment
 
@@ -75,7 +81,9 @@ func run(m *testing.M) (code int) {
 	controllers, err = trainyard.Start(ctx, f, trainyard.Options{
 		Flavor: flavor, TopologyLevels: []string{"topology.kubernetes.io/rack"},
 		LostTargetTimeout: lostTimeout, LeaseGrace: leaseGrace, HeartbeatInterval: heartbeatEvery,
-		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
+		// Kubeflow's torch-distributed-with-cache runs its initializer as this.
+		AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{"kubeflow-trainer-cache-initializer"}},
+		FenceInterval:    2 * time.Second, Resync: 5 * time.Second,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start trainyard:", err)

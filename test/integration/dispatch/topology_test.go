@@ -44,7 +44,7 @@ func TestRequiredRackKeepsJobInOneRack(t *testing.T) {
 	spoke := spokeNamed(d.Spec.TargetName)
 	var pods corev1.PodList
 	g.Eventually(func(g Gomega) {
-		g.Expect(spoke.Client.List(ctx, &pods, client.InNamespace("jobs"),
+		g.Expect(spoke.Client.List(ctx, &pods, client.InNamespace(spokeNS),
 			client.MatchingLabels{jobset.JobSetNameKey: d.Status.Remote.Name})).To(Succeed())
 		g.Expect(pods.Items).To(HaveLen(4))
 		for _, p := range pods.Items {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
@@ -47,7 +48,8 @@ func TestInitializerRunsBeforeTrainer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b := jobset.New(cached, jobset.Options{Namespace: jobsNS, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
+	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client,
+		Policy: kubework.PodPolicy{Allowed: v1alpha1.AllowedPodFields{ServiceAccountNames: []string{sa.Name}}}})
 	d := shippedDispatch(g, "cache", tyt.TrainerTorchWithCache, nil, "3s",
 		v1alpha1.PodSetPlacement{Name: "dataset-initializer", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: 1})
 	ref, err := b.Submit(ctx, d)
@@ -86,7 +88,7 @@ func TestInitializerRunsBeforeTrainer(t *testing.T) {
 // initializers, and Cancel removes the claim with the JobSet.
 func TestVolumeClaimPoliciesMakeSharedClaim(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
-	b := jobset.New(cached, jobset.Options{Namespace: jobsNS, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
+	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
 	// The initializers run far longer than the test, so the trainer's
 	// nodes must not start whether or not the spoke can bind the claim.
 	d := shippedDispatch(g, "tune", tyt.TrainerTorchtuneLlama1B, nil, "10m",

@@ -23,7 +23,7 @@ import (
 // The tests run one after another: the capacity checks count every GPU.
 
 func newBackend() *jobset.Backend {
-	return jobset.New(cached, jobset.Options{Namespace: jobsNS, TopologyLevels: []string{rackLabel}})
+	return jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}})
 }
 
 // kwokRuntime is the torch runtime whose pods tolerate the kwok nodes' taint
@@ -56,7 +56,8 @@ func observe(g Gomega, b *jobset.Backend, d *v1alpha1.Dispatch) *backends.Status
 
 func podsOf(g Gomega, name string) []corev1.Pod {
 	var pods corev1.PodList
-	g.Expect(spoke.Client.List(context.Background(), &pods, client.InNamespace(jobsNS),
+	// In every namespace: the names test runs a tenant of its own.
+	g.Expect(spoke.Client.List(context.Background(), &pods,
 		client.MatchingLabels{jobsetapi.JobSetNameKey: name})).To(Succeed())
 	return pods.Items
 }

@@ -54,7 +54,7 @@ func TestLongestNamesPassJobSetsWebhook(t *testing.T) {
 		g.Eventually(func() (bool, error) { return b.Cancel(ctx, d) }, util.Timeout, util.Interval).Should(BeTrue())
 	})
 	var js jobsetapi.JobSet
-	g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: jobsNS, Name: ref.Name}, &js)).To(Succeed())
+	g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, &js)).To(Succeed())
 	g.Expect(js.Spec.ReplicatedJobs).To(HaveLen(2))
 	g.Expect(js.Spec.ReplicatedJobs[0].Name).To(Equal(initializer20))
 	for k, v := range js.Labels {
@@ -68,7 +68,7 @@ func TestLongestNamesPassJobSetsWebhook(t *testing.T) {
 	}, util.Timeout, util.Interval).Should(Succeed())
 
 	// The 40-byte name the same job got before: prefix, 10 hex, attempt.
-	old := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Namespace: jobsNS, Name: name63[:26] + "-0123456789-a1"}, Spec: js.Spec}
+	old := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: name63[:26] + "-0123456789-a1"}, Spec: js.Spec}
 	old.Spec.Network = nil
 	err = spoke.Client.Create(ctx, old)
 	g.Expect(err).To(MatchError(ContainSubstring("pod names generated for this JobSet will exceed 63 characters")))

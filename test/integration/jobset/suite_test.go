@@ -9,18 +9,22 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
 const (
 	rackLabel = "topology.kubernetes.io/rack"
-	jobsNS    = "trainyard-jobs"
+	// jobsPrefix is the backend's namespace prefix; team-a's JobSets are in jobsNS.
+	jobsPrefix = "trainyard-jobs"
 	// gpusPerNode on every one of the suite's nodes.
 	gpusPerNode = 4
 )
 
 var (
+	jobsNS = kubework.TenantNamespace(jobsPrefix, "team-a")
+
 	spoke *kube.Cluster
 	// cached reads through an informer cache, as the agent's manager client
 	// does; the backend under test uses it, assertions use spoke.Client.

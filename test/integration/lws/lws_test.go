@@ -30,7 +30,7 @@ func newBackend(t *testing.T) *lws.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lws.New(cached, lws.Options{Namespace: jobsNS, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client, Logs: cs})
+	return lws.New(cached, lws.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client, Logs: cs})
 }
 
 // onKwok makes every pod of rt tolerate the kwok nodes and carry the kwok

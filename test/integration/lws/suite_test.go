@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
 	"github.com/trainyard-dev/trainyard/test/util"
@@ -25,16 +26,21 @@ import (
 const (
 	rackLabel   = "topology.kubernetes.io/rack"
 	gpusPerNode = 4
-	// jobsNS is where the tests that drive the backend directly put their
-	// sets; the agent's are in agentJobsNS, so its fence never sees them.
-	jobsNS      = "trainyard-jobs"
-	agentJobsNS = "jobs"
+	// jobsPrefix is the namespace prefix of the tests that drive the
+	// backend directly; the agent's is agentPrefix, so its fence never
+	// sees their sets.
+	jobsPrefix  = "trainyard-jobs"
+	agentPrefix = "jobs"
 	tenant      = "team-a"
 	queue       = "lq"
 	flavor      = "gpu"
 )
 
 var (
+	// jobsNS and agentJobsNS are where the tenant's sets are, under each prefix.
+	jobsNS      = kubework.TenantNamespace(jobsPrefix, tenant)
+	agentJobsNS = kubework.TenantNamespace(agentPrefix, tenant)
+
 	fleet *kube.Fleet
 	spoke *kube.Cluster
 	// cached reads through an informer cache, as the agent's manager does.
@@ -72,7 +78,7 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	controllers, err = trainyard.Start(ctx, f, trainyard.Options{
-		Flavor: flavor, TopologyLevels: []string{rackLabel}, SpokeNamespace: agentJobsNS,
+		Flavor: flavor, TopologyLevels: []string{rackLabel}, SpokeNamespace: agentPrefix,
 		SpokeBackends:     map[string]v1alpha1.KubernetesBackend{spoke.Name: v1alpha1.KubernetesBackendLeaderWorkerSet},
 		HeartbeatInterval: 2 * time.Second, Resync: 5 * time.Second,
 	})

@@ -89,7 +89,7 @@ func TestBorrowFairSharingAndPriorityPreemption(t *testing.T) {
 	g.Expect(remoteJobSets(g, b2)).To(BeEmpty())
 	for _, s := range env.fleet.Spokes {
 		var list jobset.JobSetList
-		g.Expect(s.Client.List(ctx, &list, client.InNamespace("jobs"))).To(Succeed())
+		g.Expect(s.Client.List(ctx, &list)).To(Succeed())
 		g.Expect(list.Items).To(HaveLen(map[string]int{"spoke1": 1, "spoke2": 2}[s.Name]), "JobSets on %s", s.Name)
 	}
 }
@@ -170,7 +170,7 @@ func remoteJobSets(g Gomega, tj *trainer.TrainJob) []string {
 	var out []string
 	for _, s := range env.fleet.Spokes {
 		var list jobset.JobSetList
-		g.Expect(s.Client.List(context.Background(), &list, client.InNamespace("jobs"))).To(Succeed())
+		g.Expect(s.Client.List(context.Background(), &list)).To(Succeed())
 		for _, js := range list.Items {
 			if strings.HasPrefix(js.Name, tj.Name+"-") {
 				out = append(out, s.Name+"/"+js.Name)
