@@ -10,6 +10,7 @@ import (
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	"github.com/trainyard-dev/trainyard/hub/targets"
+	"github.com/trainyard-dev/trainyard/hub/tenantview"
 )
 
 // Options configure the hub controllers.
@@ -34,13 +35,19 @@ type Options struct {
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=admissionchecks,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=clusterqueues,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=admissionchecks/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=clustertrainingruntimes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainingruntimes,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=trainyard.dev,resources=targets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=trainyard.dev,resources=targets/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=trainyard.dev,resources=dispatches,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups=trainyard.dev,resources=logrequests,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=trainyard.dev,resources=logrequests/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;create
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=update,resourceNames=trainyard-logrequest-requester
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
@@ -58,6 +65,16 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	gc := &snapshot.GC{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clock: opts.Clock, GracePeriod: opts.PinnedRuntimeGracePeriod}
 	if err := gc.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.Add(&tenantview.PolicyInstaller{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}); err != nil {
+		return err
+	}
+	relay := &tenantview.Relay{Client: mgr.GetClient(), Answers: mgr.GetAPIReader(), Clock: opts.Clock}
+	if err := relay.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&tenantview.Summarizer{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	d := dispatch.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorderFor("trainyard-dispatcher"), opts.Clock,

@@ -1,11 +1,17 @@
 package v1alpha1
 
-import "fmt"
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // `trainyard logs` reaches a job's output through its agent, so users never
-// need spoke or Slurm credentials: the CLI writes a request into an
-// annotation of the live Dispatch, and the agent answers in a ConfigMap of
-// the Dispatch's namespace, owned by the Dispatch.
+// need spoke or Slurm credentials, nor access to the agent namespaces: the
+// user creates a LogRequest in the job's namespace, the hub authorizes it
+// and writes the request into an annotation of the live Dispatch, the agent
+// answers in a ConfigMap of the Dispatch's namespace, owned by the Dispatch,
+// and the hub copies the answer into the LogRequest's status.
 const (
 	// AnnotationLogsRequest on a Dispatch holds a LogsRequest as JSON.
 	AnnotationLogsRequest = "trainyard.dev/logs-request"
@@ -30,6 +36,12 @@ const (
 type LogsRequest struct {
 	// ID is chosen by the requester; the answer carries it back.
 	ID string `json:"id"`
+	// LogRequest is the namespace/name of the LogRequest relayed, for the
+	// agent's log.
+	LogRequest string `json:"logRequest,omitempty"`
+	// Deadline is when the hub stops waiting for the answer; another
+	// request may take this one's place after it.
+	Deadline *metav1.Time `json:"deadline,omitempty"`
 	// Replica is "<replicatedJob>-<jobIndex>-<podIndex>" (default: rank 0).
 	Replica string `json:"replica,omitempty"`
 	// TailLines keeps the last lines only (0: all that fit LimitBytes).

@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -40,6 +41,12 @@ type Description struct {
 	Workload      *WorkloadInfo      `json:"workload,omitempty"`
 	// Placement is the live Dispatch.
 	Placement *Placement `json:"placement,omitempty"`
+	// Summary is the hub's summary of the live Dispatch written on the
+	// TrainJob, shown when the user may not read Dispatches (only
+	// administrators may).
+	Summary *v1alpha1.PlacementSummary `json:"placementSummary,omitempty"`
+	// DispatchesHidden is true when the user may not read Dispatches.
+	DispatchesHidden bool `json:"dispatchesHidden,omitempty"`
 	// Attempts are all Dispatches of the Workload still stored.
 	Attempts []AttemptInfo `json:"attempts,omitempty"`
 	Events   []EventInfo   `json:"events,omitempty"`
@@ -154,12 +161,18 @@ of the TrainJob and the Workload.`,
 // describeJob reads the TrainJob, its Workload, their Dispatches,
 // admission checks and events.
 func describeJob(ctx context.Context, h *hub, e *env, name string) (*Description, error) {
-	s, err := readJobState(ctx, h, e, name)
+	s, hidden, err := readJobState(ctx, h, e, name)
 	if err != nil {
 		return nil, err
 	}
 	tj := s.tj
 	d := describe(s, trainyardChecks(ctx, h, s.wl))
+	if hidden {
+		d.DispatchesHidden, d.Summary = true, placementSummary(tj)
+		if d.Summary != nil {
+			d.Phase = string(d.Summary.Phase)
+		}
+	}
 	objs := map[types.UID]string{tj.UID: "TrainJob/" + tj.Name}
 	if s.wl != nil {
 		objs[s.wl.UID] = "Workload/" + s.wl.Name
@@ -171,26 +184,46 @@ func describeJob(ctx context.Context, h *hub, e *env, name string) (*Description
 }
 
 // readJobState reads one TrainJob of the hub namespace with its Workload
-// and only that Workload's Dispatches (by its UID).
-func readJobState(ctx context.Context, h *hub, e *env, name string) (jobState, error) {
+// and only that Workload's Dispatches (by its UID). hidden is true when the
+// user may not read Dispatches: tenants never may, they live in the
+// targets' agent namespaces.
+func readJobState(ctx context.Context, h *hub, e *env, name string) (s jobState, hidden bool, err error) {
 	var tj trainer.TrainJob
 	if err := h.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: name}, &tj); err != nil {
-		return jobState{}, notFoundIn(explain(err), h.namespace)
+		return jobState{}, false, notFoundIn(explain(err), h.namespace)
 	}
 	lists := &hubLists{}
 	if err := lists.listWorkloads(ctx, h, h.namespace); err != nil {
-		return jobState{}, err
+		return jobState{}, false, err
 	}
 	wl := newHubIndex(lists.workloads, nil).state(&tj).wl
 	if wl != nil {
+		// listDispatches warns only when the list is forbidden; describe
+		// says so in its placement instead.
+		before := len(lists.warnings)
 		if err := lists.listDispatches(ctx, h, client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)}); err != nil {
-			return jobState{}, err
+			return jobState{}, false, err
 		}
+		hidden = len(lists.warnings) > before
+		lists.warnings = lists.warnings[:before]
 	}
 	for _, w := range lists.warnings {
 		fmt.Fprintln(e.ErrOut, "warning:", w)
 	}
-	return newHubIndex(lists.workloads, lists.dispatches).state(&tj), nil
+	return newHubIndex(lists.workloads, lists.dispatches).state(&tj), hidden, nil
+}
+
+// placementSummary is the hub's summary of the live Dispatch on tj, or nil.
+func placementSummary(tj *trainer.TrainJob) *v1alpha1.PlacementSummary {
+	raw := tj.Annotations[v1alpha1.AnnotationPlacement]
+	if raw == "" {
+		return nil
+	}
+	var sum v1alpha1.PlacementSummary
+	if err := json.Unmarshal([]byte(raw), &sum); err != nil {
+		return nil
+	}
+	return &sum
 }
 
 // describe builds the Description of a job; trainyard names the admission

@@ -69,7 +69,11 @@ func printDescription(w io.Writer, d *Description, now time.Time) error {
 	p.kv(0, "Phase", d.Phase)
 	p.conditions(0, d.Conditions)
 	p.workload(d.Workload)
-	p.placement(d.Placement)
+	if d.DispatchesHidden {
+		p.summary(d.Summary)
+	} else {
+		p.placement(d.Placement)
+	}
 	p.attempts(d.Attempts)
 	p.events(d.Events)
 	return tw.Flush()
@@ -141,14 +145,7 @@ func (p describer) placement(pl *Placement) {
 	if pl.Message != "" {
 		p.kv(1, "Message", pl.Message)
 	}
-	p.kv(1, "Remote", orNone(remoteName(pl.Remote)))
-	exit := none
-	if pl.ExitCode != nil {
-		exit = strconv.Itoa(int(*pl.ExitCode))
-	}
-	p.kv(1, "Exit Code", exit)
-	p.kv(1, "Started", p.when(pl.StartTime))
-	p.kv(1, "Completed", p.when(pl.CompletionTime))
+	p.outcome(remoteName(pl.Remote), pl.ExitCode, pl.StartTime, pl.CompletionTime)
 	p.line(1, "Runtime Snapshot:")
 	p.kv(2, "Kind", string(pl.Runtime.Kind))
 	p.kv(2, "Name", pl.Runtime.Name)
@@ -159,6 +156,50 @@ func (p describer) placement(pl *Placement) {
 		rows = append(rows, []string{ps.Name, strconv.Itoa(int(ps.Count)), flavorList(ps.Flavors), topology(ps.Topology)})
 	}
 	p.table(2, []string{"Name", "Count", "Flavors", "Topology"}, rows)
+}
+
+// outcome prints the remote work, its exit code and times.
+func (p describer) outcome(remote string, exitCode *int32, started, completed *metav1.Time) {
+	p.kv(1, "Remote", orNone(remote))
+	exit := none
+	if exitCode != nil {
+		exit = strconv.Itoa(int(*exitCode))
+	}
+	p.kv(1, "Exit Code", exit)
+	p.kv(1, "Started", p.when(started))
+	p.kv(1, "Completed", p.when(completed))
+}
+
+// summaryNote says why a tenant sees the summary only.
+const summaryNote = "hub summary; full Dispatch detail is for administrators"
+
+func (p describer) summary(s *v1alpha1.PlacementSummary) {
+	if s == nil {
+		p.kv(0, "Placement", none+" (no summary on the TrainJob yet; "+summaryNote+")")
+		return
+	}
+	p.line(0, "Placement ("+summaryNote+"):")
+	p.kv(1, "Target", s.Target)
+	p.kv(1, "Attempt", strconv.Itoa(int(s.Attempt)))
+	phase := string(s.Phase)
+	if s.Reason != "" {
+		phase += " (" + s.Reason + ")"
+	}
+	p.kv(1, "Phase", phase)
+	p.outcome(s.Remote, s.Exit, s.Started, s.Ended)
+	p.line(1, "Pod Sets:")
+	var rows [][]string
+	for _, ps := range s.PodSets {
+		where := "anywhere on the target"
+		if len(ps.Domains) > 0 {
+			where = strings.Join(ps.Domains, ", ")
+			if ps.MoreDomains > 0 {
+				where += fmt.Sprintf(" and %d more", ps.MoreDomains)
+			}
+		}
+		rows = append(rows, []string{ps.Name, strconv.Itoa(int(ps.Count)), where})
+	}
+	p.table(2, []string{"Name", "Count", "Domains"}, rows)
 }
 
 func (p describer) attempts(as []AttemptInfo) {

@@ -88,9 +88,10 @@ func DescribeJob(ctx context.Context, c client.Client, ns, name string) (*Descri
 	return d, warningLines(errOut.String()), err
 }
 
-// FetchLogs is what `trainyard logs ns/name --tail tail` prints: it asks
-// the live Dispatch's agent through the hub and waits up to timeout. The
-// note says when older output was left out.
+// FetchLogs is what `trainyard logs ns/name --tail tail` prints: it creates
+// a LogRequest in namespace ns, which the hub authorizes and relays to the
+// job's agent, and waits up to timeout for its answer. The note says when
+// older output was left out.
 func FetchLogs(ctx context.Context, c client.Client, ns, name string, tail int64, timeout time.Duration) (out string, notes []string, err error) {
 	var stdout, errOut bytes.Buffer
 	e := &env{Streams: Streams{Out: &stdout, ErrOut: &errOut}, clock: clock.RealClock{}, name: DefaultName}

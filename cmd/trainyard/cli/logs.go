@@ -2,16 +2,15 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,15 +32,17 @@ func newLogsCommand(e *env) *cobra.Command {
 		Short: "Print the output of a TrainJob, read on its spoke or Slurm cluster by the agent",
 		Long: `Print the end of a TrainJob's output where it runs now: the rank-0 pod's
 trainer container on a Kubernetes spoke (or the pod --replica names), or the
-job's output files on a Slurm cluster. The CLI never talks to the spoke: it
-asks the target's agent through the hub (an annotation on the live Dispatch)
-and prints the agent's answer, at most 512 KiB. It needs permission to patch
-Dispatches and read ConfigMaps in the target's agent namespace.`,
+job's output files on a Slurm cluster. The CLI never talks to the spoke nor
+to the agents' namespaces: it creates a LogRequest in the job's namespace,
+the hub checks that you may get the TrainJob and its trainjobs/log
+subresource, asks the target's agent and writes the answer, at most 512 KiB,
+into the LogRequest's status, which the CLI prints and deletes. It needs
+permission to create, get and delete LogRequests in the job's namespace.`,
 		Example: e.examples("logs my-job -n team-a", "logs my-job --tail 50", "logs my-job --replica node-0-1"),
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.tail < -1 || o.limitBytes < 0 || o.timeout <= 0 {
-				return errors.New("--tail must be -1 or more, --limit-bytes 0 or more and --request-timeout positive")
+			if o.tail < -1 || o.limitBytes < 0 || o.limitBytes > v1alpha1.MaxLogsBytes || o.timeout <= 0 {
+				return errors.New("--tail must be -1 or more, --limit-bytes 0 to 524288 and --request-timeout positive")
 			}
 			h, err := f.connect()
 			if err != nil {
@@ -54,80 +55,100 @@ Dispatches and read ConfigMaps in the target's agent namespace.`,
 	cmd.Flags().StringVar(&o.replica, "replica", "", "replica to read, as <replicatedJob>-<jobIndex>-<podIndex> (default: rank 0)")
 	cmd.Flags().Int64Var(&o.tail, "tail", -1, "lines from the end to print (-1: all that fit the size limit)")
 	cmd.Flags().Int64Var(&o.limitBytes, "limit-bytes", 0, "bytes from the end to print at most (0: 512 KiB)")
-	cmd.Flags().DurationVar(&o.timeout, "request-timeout", 30*time.Second, "how long to wait for the agent's answer")
+	cmd.Flags().DurationVar(&o.timeout, "request-timeout", 35*time.Second, "how long to wait for the answer")
 	return cmd
 }
 
-// printLogs asks the live Dispatch's agent for output and prints its answer.
+// printLogs asks for output through a LogRequest and prints the answer.
 func printLogs(ctx context.Context, h *hub, e *env, name string, o logsOptions) error {
-	s, err := readJobState(ctx, h, e, name)
-	if err != nil {
-		return err
-	}
-	d := s.live
-	if d == nil {
-		return fmt.Errorf("trainjob %s/%s runs nowhere yet (phase %s); see '%s describe %s'", h.namespace, name, s.phase(), e.name, name)
-	}
-	req := v1alpha1.LogsRequest{ID: requestID(), Replica: o.replica, LimitBytes: o.limitBytes}
-	if o.tail > 0 {
-		req.TailLines = o.tail
-	} else if o.tail == 0 {
+	if o.tail == 0 {
 		return nil // nothing asked for
 	}
-	raw, err := json.Marshal(req)
+	var tj trainer.TrainJob
+	if err := h.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: name}, &tj); err != nil {
+		return notFoundIn(explain(err), h.namespace)
+	}
+	who, err := whoAmI(ctx, h)
 	if err != nil {
 		return err
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationLogsRequest: string(raw)}}})
-	if err != nil {
+	lr := &v1alpha1.LogRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: h.namespace, GenerateName: logRequestPrefix(name)},
+		Spec: v1alpha1.LogRequestSpec{TrainJobName: name, Replica: o.replica, LimitBytes: o.limitBytes,
+			TailLines: max(o.tail, 0), Requester: who},
+	}
+	if err := h.Create(ctx, lr); err != nil {
+		if apierrors.IsForbidden(err) {
+			return fmt.Errorf("you may not ask for logs in namespace %s (%v); an administrator grants it with the trainyard tenant role", h.namespace, err)
+		}
+		return fmt.Errorf("create a LogRequest in namespace %s: %w", h.namespace, explain(err))
+	}
+	// The answer has been read once this returns: leave nothing behind
+	// (the hub collects it after a while anyway, should this fail).
+	defer func() { _ = h.Delete(context.WithoutCancel(ctx), lr) }()
+	if err := awaitAnswer(ctx, h, e, lr, o.timeout); err != nil {
 		return err
 	}
-	if err := h.Patch(ctx, d.DeepCopy(), client.RawPatch("application/merge-patch+json", patch)); err != nil {
-		return fmt.Errorf("ask the agent of target %s for logs (patch dispatch %s/%s): %w", d.Spec.TargetName, d.Namespace, d.Name, explain(err))
+	switch lr.Status.Phase {
+	case v1alpha1.LogRequestDenied:
+		return fmt.Errorf("not allowed to read the logs of trainjob %s/%s: %s", h.namespace, name, lr.Status.Message)
+	case v1alpha1.LogRequestFailed:
+		return errors.New(lr.Status.Message)
 	}
-	answer, err := awaitAnswer(ctx, h, e, d, req.ID, o.timeout)
-	if err != nil {
+	if _, err := fmt.Fprint(e.Out, lr.Status.Log); err != nil {
 		return err
 	}
-	// The answer has been read: leave nothing behind (owner references
-	// collect it with the Dispatch anyway, should this fail).
-	defer func() { _ = h.Delete(context.WithoutCancel(ctx), answer) }()
-	if msg := answer.Annotations[v1alpha1.AnnotationLogsError]; msg != "" {
-		return fmt.Errorf("target %s: %s", d.Spec.TargetName, msg)
-	}
-	if _, err := fmt.Fprint(e.Out, answer.Data[v1alpha1.LogsDataKey]); err != nil {
-		return err
-	}
-	if answer.Annotations[v1alpha1.AnnotationLogsTruncated] == "true" {
-		fmt.Fprintf(e.ErrOut, "(older output left out; from %s)\n", answer.Annotations[v1alpha1.AnnotationLogsSource])
+	if lr.Status.Truncated {
+		fmt.Fprintf(e.ErrOut, "(older output left out; from %s)\n", lr.Status.Source)
 	}
 	return nil
 }
 
-// awaitAnswer polls the Dispatch's logs ConfigMap until it answers id.
-func awaitAnswer(ctx context.Context, h *hub, e *env, d *v1alpha1.Dispatch, id string, timeout time.Duration) (*corev1.ConfigMap, error) {
-	key := client.ObjectKey{Namespace: d.Namespace, Name: v1alpha1.LogsAnswerName(d.Name)}
-	var cm corev1.ConfigMap
+// logRequestPrefix is the generateName of a job's LogRequests.
+func logRequestPrefix(job string) string {
+	const suffix = "-logs-"
+	if len(job) > 200 {
+		job = job[:200]
+	}
+	return job + suffix
+}
+
+// awaitAnswer polls lr until the hub has made it final.
+func awaitAnswer(ctx context.Context, h *hub, e *env, lr *v1alpha1.LogRequest, timeout time.Duration) error {
+	key := client.ObjectKeyFromObject(lr)
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		err := h.Get(ctx, key, &cm)
+		err := h.Get(ctx, key, lr)
 		switch {
-		case apierrors.IsNotFound(err):
-			return false, nil
 		case err != nil && ctx.Err() != nil:
 			return false, ctx.Err() // the wait is over
 		case err != nil:
-			return false, fmt.Errorf("read the agent's answer %s/%s: %w", key.Namespace, key.Name, explain(err))
+			return false, fmt.Errorf("read LogRequest %s/%s: %w", key.Namespace, key.Name, explain(err))
 		}
-		return cm.Annotations[v1alpha1.AnnotationLogsRequestID] == id, nil
+		return lr.Status.Phase.IsFinal(), nil
 	})
-	if wait.Interrupted(err) {
-		return nil, fmt.Errorf("the agent of target %s did not answer within %s; is it running? (see '%s targets')", d.Spec.TargetName, timeout, e.name)
+	if !wait.Interrupted(err) {
+		return err
 	}
-	return &cm, err
+	if lr.Status.Target != "" {
+		return fmt.Errorf("the agent of target %s did not answer within %s; is it running? (see '%s targets')", lr.Status.Target, timeout, e.name)
+	}
+	return fmt.Errorf("the hub did not take up LogRequest %s/%s within %s; is trainyard-hub running?", key.Namespace, key.Name, timeout)
 }
 
-func requestID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// whoAmI asks the API server who the CLI's credentials authenticate as
+// (a SelfSubjectReview), for the requester of a LogRequest. The hub's
+// admission policy checks it against the same identity.
+func whoAmI(ctx context.Context, c client.Client) (v1alpha1.Requester, error) {
+	ssr := &unstructured.Unstructured{}
+	ssr.SetAPIVersion("authentication.k8s.io/v1")
+	ssr.SetKind("SelfSubjectReview")
+	if err := c.Create(ctx, ssr); err != nil {
+		return v1alpha1.Requester{}, fmt.Errorf("ask the API server who you are (SelfSubjectReview): %w", explain(err))
+	}
+	user, _, _ := unstructured.NestedString(ssr.Object, "status", "userInfo", "username")
+	groups, _, _ := unstructured.NestedStringSlice(ssr.Object, "status", "userInfo", "groups")
+	if user == "" {
+		return v1alpha1.Requester{}, errors.New("the API server did not say who you are (SelfSubjectReview without a username)")
+	}
+	return v1alpha1.Requester{Username: user, Groups: groups}, nil
 }

@@ -202,8 +202,8 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, "job", p, status)
 }
 
-// logs asks the live Dispatch's agent for the job's output, as
-// `trainyard logs` does, and answers with plain text.
+// logs asks the hub for the job's output through a LogRequest in the job's
+// namespace, as `trainyard logs` does, and answers with plain text.
 func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.LogsTimeout+s.ReadTimeout)
 	defer cancel()

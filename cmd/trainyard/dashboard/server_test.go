@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -172,7 +172,10 @@ func TestPages(t *testing.T) {
 		"logs from another origin": {req: request{method: "POST", path: "/jobs/team-a/llama/logs",
 			header: map[string]string{"X-Trainyard": "1", "Origin": "http://evil.example"}}, want: response{status: 403}},
 		"logs of a job that runs nowhere": {req: request{method: "POST", path: "/jobs/team-a/mnist/logs", header: map[string]string{"X-Trainyard": "1"}},
-			want: response{status: 502, has: []string{"runs nowhere yet"}}},
+			funcs: playHub(func(lr *v1alpha1.LogRequest) {
+				lr.Status = v1alpha1.LogRequestStatus{Phase: v1alpha1.LogRequestFailed, Message: "trainjob team-a/mnist runs nowhere now"}
+			}),
+			want: response{status: 502, has: []string{"runs nowhere now"}}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -182,31 +185,40 @@ func TestPages(t *testing.T) {
 	}
 }
 
-// TestLogs plays the agent: it answers the logs request the dashboard
-// writes on the live Dispatch.
-func TestLogs(t *testing.T) {
-	var asked v1alpha1.LogsRequest
-	funcs := interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-		if err := c.Patch(ctx, obj, p, opts...); err != nil {
-			return err
+// playHub answers the SelfSubjectReview of the dashboard's user and
+// every LogRequest it creates with answer, as the hub's relay would.
+func playHub(answer func(*v1alpha1.LogRequest)) interceptor.Funcs {
+	return interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		switch o := obj.(type) {
+		case *unstructured.Unstructured:
+			if o.GetKind() == "SelfSubjectReview" {
+				return unstructured.SetNestedField(o.Object, "alice", "status", "userInfo", "username")
+			}
+		case *v1alpha1.LogRequest:
+			answer(o)
 		}
-		if err := json.Unmarshal([]byte(obj.GetAnnotations()[v1alpha1.AnnotationLogsRequest]), &asked); err != nil {
-			return err
-		}
-		return c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: v1alpha1.LogsAnswerName(obj.GetName()),
-			Annotations: map[string]string{v1alpha1.AnnotationLogsRequestID: asked.ID}}, Data: map[string]string{v1alpha1.LogsDataKey: "step 7 loss 0.3\n"}})
+		return c.Create(ctx, obj, opts...)
 	}}
-	c := newFake(funcs)
+}
+
+// TestLogs plays the hub: it answers the LogRequest the dashboard creates
+// in the job's namespace.
+func TestLogs(t *testing.T) {
+	var asked v1alpha1.LogRequestSpec
+	c := newFake(playHub(func(lr *v1alpha1.LogRequest) {
+		asked = lr.Spec
+		lr.Status = v1alpha1.LogRequestStatus{Phase: v1alpha1.LogRequestAnswered, Log: "step 7 loss 0.3\n"}
+	}))
 	status, body := serve(t, c, request{method: "POST", path: "/jobs/team-a/llama/logs?tail=20", header: map[string]string{"X-Trainyard": "1", "Origin": "http://" + addr}})
 	if status != http.StatusOK || body != "step 7 loss 0.3\n" {
 		t.Fatalf("logs = %d %q, want the agent's answer", status, body)
 	}
-	if asked.TailLines != 20 {
-		t.Errorf("asked for %d lines, want 20", asked.TailLines)
+	if asked.TailLines != 20 || asked.TrainJobName != "llama" || asked.Requester.Username != "alice" {
+		t.Errorf("asked %+v, want 20 lines of llama as alice", asked)
 	}
-	// The answer is removed once read, as `trainyard logs` does.
-	var cms corev1.ConfigMapList
-	if err := c.List(context.Background(), &cms); err != nil || len(cms.Items) != 0 {
-		t.Errorf("answers left: %v, %v", cms.Items, err)
+	// The LogRequest is removed once read, as `trainyard logs` does.
+	var lrs v1alpha1.LogRequestList
+	if err := c.List(context.Background(), &lrs); err != nil || len(lrs.Items) != 0 {
+		t.Errorf("LogRequests left: %v, %v", lrs.Items, err)
 	}
 }

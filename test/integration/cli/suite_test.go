@@ -1,8 +1,8 @@
 // Package cli runs the trainyard CLI in-process against a real API server
-// holding trainyard's, Trainer's and Kueue's CRDs. No controller runs: the
-// test writes Targets, TrainJobs, Workloads and Dispatches with their status
-// the way the hub and agents would, and checks what the commands print and
-// their exit codes.
+// holding trainyard's, Trainer's and Kueue's CRDs. Only the hub's LogRequest
+// relay runs: the test writes Targets, TrainJobs, Workloads and Dispatches
+// with their status the way the hub and agents would, plays the agents'
+// logs answers, and checks what the commands print and their exit codes.
 package cli
 
 import (
@@ -32,6 +32,12 @@ func run(m *testing.M) int {
 	defer hub.Stop()
 	if err := seed(context.Background(), hub.Client); err != nil {
 		fmt.Fprintln(os.Stderr, "seed objects:", err)
+		return 1
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	if err := startRelay(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "start the LogRequest relay:", err)
 		return 1
 	}
 	return m.Run()

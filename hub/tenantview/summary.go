@@ -1,0 +1,105 @@
+package tenantview
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+)
+
+// Summarizer writes the PlacementSummary of each TrainJob's live Dispatch
+// onto the TrainJob (v1alpha1.AnnotationPlacement), so its owner can see
+// where and how it runs without reading Dispatches.
+type Summarizer struct {
+	// Client reads Dispatches and Workloads (cached) and patches TrainJobs.
+	Client client.Client
+}
+
+// SetupWithManager registers the summarizer; it wakes on Dispatches, whose
+// informer the dispatcher keeps anyway.
+func (s *Summarizer) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-placement-summary").For(&v1alpha1.Dispatch{}).Complete(s)
+}
+
+// Reconcile summarizes one Dispatch onto its TrainJob when it is the live one.
+func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var d v1alpha1.Dispatch
+	if err := s.Client.Get(ctx, req.NamespacedName, &d); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	var wl kueue.Workload
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: d.Spec.Workload.Namespace, Name: d.Spec.Workload.Name}, &wl); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if wl.UID != d.Spec.Workload.UID || strconv.Itoa(int(d.Spec.Attempt)) != wl.Annotations[v1alpha1.AnnotationAttempt] {
+		return ctrl.Result{}, nil // an old attempt's Dispatch: the live one speaks
+	}
+	owner := metav1.GetControllerOf(&wl)
+	if owner == nil || owner.Kind != trainer.TrainJobKind {
+		return ctrl.Result{}, nil
+	}
+	raw, err := json.Marshal(Summarize(&d))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var tj trainer.TrainJob
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: owner.Name}, &tj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if tj.UID != owner.UID || tj.Annotations[v1alpha1.AnnotationPlacement] == string(raw) {
+		return ctrl.Result{}, nil
+	}
+	// A merge patch of this one annotation: nothing else of the TrainJob
+	// is the summarizer's.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{v1alpha1.AnnotationPlacement: string(raw)}}})
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, client.IgnoreNotFound(s.Client.Patch(ctx, &tj, client.RawPatch("application/merge-patch+json", patch)))
+}
+
+// Summarize is the tenant's view of d: no runtime snapshot, command, env
+// or agent namespace.
+func Summarize(d *v1alpha1.Dispatch) v1alpha1.PlacementSummary {
+	out := v1alpha1.PlacementSummary{
+		Target: d.Spec.TargetName, Attempt: d.Spec.Attempt, Phase: d.Status.Phase, Reason: d.Status.Reason,
+		Started: d.Status.StartTime, Ended: d.Status.CompletionTime, Exit: d.Status.ExitCode,
+	}
+	if out.Phase == "" {
+		out.Phase = v1alpha1.DispatchPending
+	}
+	if ref := d.Status.Remote; ref != nil {
+		name := ref.Name
+		if ref.Namespace != "" {
+			name = ref.Namespace + "/" + name
+		}
+		if ref.ID != "" {
+			name += " (id " + ref.ID + ")"
+		}
+		out.Remote = ref.Kind + " " + name
+	}
+	for _, ps := range d.Spec.PodSets {
+		sum := v1alpha1.PodSetSummary{Name: ps.Name, Count: ps.Count}
+		if t := ps.Topology; t != nil {
+			for i, dom := range t.Domains {
+				if i == v1alpha1.MaxSummaryDomains {
+					sum.MoreDomains = len(t.Domains) - i
+					break
+				}
+				sum.Domains = append(sum.Domains, fmt.Sprintf("%s=%d", strings.Join(dom.Values, "/"), dom.Count))
+			}
+		}
+		out.PodSets = append(out.PodSets, sum)
+	}
+	return out
+}

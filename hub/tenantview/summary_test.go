@@ -1,0 +1,63 @@
+package tenantview
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+)
+
+func TestSummaryOnTheTrainJob(t *testing.T) {
+	objs := world()
+	live := objs[3].(*v1alpha1.Dispatch)
+	live.Status.Phase = v1alpha1.DispatchRunning
+	live.Status.Remote = &v1alpha1.RemoteRef{Kind: "JobSet", Namespace: "spoke-ns", Name: "llama-x"}
+	live.Status.ExitCode = ptr.To[int32](0)
+	live.Spec.PodSets = []v1alpha1.PodSetPlacement{{Name: "node", Count: 3, Topology: &v1alpha1.TopologyAssignment{
+		Levels:  []string{"rack", "hostname"},
+		Domains: []v1alpha1.TopologyDomainAssignment{{Values: []string{"r1", "n1"}, Count: 2}, {Values: []string{"r1", "n2"}, Count: 1}},
+	}}}
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(objs...).Build()
+	s := &Summarizer{Client: c}
+	for _, name := range []string{"llama-1", "llama-2"} {
+		if _, err := s.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "agents-1", Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tj trainer.TrainJob
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: "llama"}, &tj); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.PlacementSummary
+	if err := json.Unmarshal([]byte(tj.Annotations[v1alpha1.AnnotationPlacement]), &got); err != nil {
+		t.Fatalf("annotation %q: %v", tj.Annotations[v1alpha1.AnnotationPlacement], err)
+	}
+	want := v1alpha1.PlacementSummary{Target: "spoke-1", Attempt: 2, Phase: v1alpha1.DispatchRunning, Remote: "JobSet spoke-ns/llama-x",
+		Exit: ptr.To[int32](0), PodSets: []v1alpha1.PodSetSummary{{Name: "node", Count: 3, Domains: []string{"r1/n1=2", "r1/n2=1"}}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("summary (-want +got):\n%s", diff)
+	}
+}
+
+func TestSummaryBoundsDomains(t *testing.T) {
+	d := world()[3].(*v1alpha1.Dispatch)
+	ta := &v1alpha1.TopologyAssignment{Levels: []string{"hostname"}}
+	for range v1alpha1.MaxSummaryDomains + 5 {
+		ta.Domains = append(ta.Domains, v1alpha1.TopologyDomainAssignment{Values: []string{"n"}, Count: 1})
+	}
+	d.Spec.PodSets = []v1alpha1.PodSetPlacement{{Name: "node", Count: 69, Topology: ta}}
+	ps := Summarize(d).PodSets[0]
+	if len(ps.Domains) != v1alpha1.MaxSummaryDomains || ps.MoreDomains != 5 {
+		t.Errorf("domains %d, more %d; want %d and 5", len(ps.Domains), ps.MoreDomains, v1alpha1.MaxSummaryDomains)
+	}
+}
