@@ -8,15 +8,16 @@
 # `scontrol token` tokens. Idempotent: keys and users are created once, config rewritten.
 #
 # Accounting: slurmdbd on MariaDB (unix-socket auth, no network), jobs keep their comment
-# there, and slurmctld forgets finished jobs after MIN_JOB_AGE seconds, as a busy cluster
-# does; slurmrestd then serves them from /slurmdb/. A torch shim (below) lets torchrun run.
+# there, and slurmctld forgets finished jobs after MIN_JOB_AGE seconds (Slurm's default
+# 300; a suite may ask for a few seconds, as on a busy cluster); slurmrestd then serves
+# them from /slurmdb/. A torch shim (below) lets torchrun run.
 #
-# Env: TOPO=tree|block|none (default tree), MIN_JOB_AGE (s, default 5).
+# Env: TOPO=tree|block|none (default tree), MIN_JOB_AGE (s, default 300).
 set -euo pipefail
 R=${1:?usage: configure.sh ROOT}
 R=$(realpath "$R")
 TOPO=${TOPO:-tree}
-MIN_JOB_AGE=${MIN_JOB_AGE:-5}
+MIN_JOB_AGE=${MIN_JOB_AGE:-300}
 [ -x "$R/usr/sbin/slurmrestd" ] || { echo "configure.sh: $R is not a Slurm chroot (run hack/slurm/build-root.sh)" >&2; exit 1; }
 c() { chroot "$R" "$@"; }
 

@@ -39,8 +39,9 @@ type Options struct {
 	// StartTimeout bounds the wait for nodes and slurmrestd (default 120s).
 	StartTimeout time.Duration
 	// MinJobAge is how long slurmctld keeps a finished job before only
-	// slurmdbd (accounting, /slurmdb/ in slurmrestd) knows it: default 5s,
-	// as on a busy cluster. slurmctld purges such jobs about once a minute.
+	// slurmdbd (accounting, /slurmdb/ in slurmrestd) knows it: default
+	// 300s (Slurm's); a few seconds makes it forget as a busy cluster
+	// does. slurmctld purges such jobs about once a minute.
 	MinJobAge time.Duration
 	// Log receives the scripts' output (default os.Stderr).
 	Log io.Writer

@@ -58,7 +58,7 @@ func run(m *testing.M) (code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var err error
-	if env.cluster, err = hslurm.Start(ctx, hslurm.Options{}); err != nil {
+	if env.cluster, err = hslurm.Start(ctx, hslurm.Options{MinJobAge: 5 * time.Second}); err != nil {
 		fmt.Fprintln(os.Stderr, "start Slurm:", err)
 		return 1
 	}
