@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -113,21 +112,27 @@ func logRequestPrefix(job string) string {
 	return job + suffix
 }
 
-// awaitAnswer polls lr until the hub has made it final.
+// awaitAnswer polls lr until the hub has made it final. The reads use ctx,
+// not a context with the deadline, so a read near the deadline does not
+// fail on the client's rate limiter instead of saying what timed out.
 func awaitAnswer(ctx context.Context, h *hub, e *env, lr *v1alpha1.LogRequest, timeout time.Duration) error {
 	key := client.ObjectKeyFromObject(lr)
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		err := h.Get(ctx, key, lr)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return false, ctx.Err() // the wait is over
-		case err != nil:
-			return false, fmt.Errorf("read LogRequest %s/%s: %w", key.Namespace, key.Name, explain(err))
+	deadline := time.Now().Add(timeout) // wall time: e.clock may be a fixed clock for ages
+	for {
+		if err := h.Get(ctx, key, lr); err != nil {
+			return fmt.Errorf("read LogRequest %s/%s: %w", key.Namespace, key.Name, explain(err))
 		}
-		return lr.Status.Phase.IsFinal(), nil
-	})
-	if !wait.Interrupted(err) {
-		return err
+		if lr.Status.Phase.IsFinal() {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(250*time.Millisecond, max(time.Until(deadline), 0))):
+		}
 	}
 	if lr.Status.Target != "" {
 		return fmt.Errorf("the agent of target %s did not answer within %s; is it running? (see '%s targets')", lr.Status.Target, timeout, e.name)

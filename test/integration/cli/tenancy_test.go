@@ -3,13 +3,13 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -19,43 +19,40 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
 	"github.com/trainyard-dev/trainyard/hub/tenantview"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/util"
 )
 
-// Tenants: alice (group team-a-devs) may use namespace team-a, bob (group
-// team-b-devs) namespace team-b, each through a RoleBinding of the tenant
-// ClusterRole below, which names no Dispatch: tenants never reach the
-// agents' namespaces.
+// Tenants: alice (group team-a) may use namespace team-a, bob (group
+// team-b) namespace team-b, through the RoleBindings of the tenant
+// ClusterRole in config/samples/30-tenants.yaml, which names no Dispatch:
+// tenants never reach the agents' namespaces.
 type tenant struct{ user, group, ns string }
 
 var (
-	alice = tenant{"alice", "team-a-devs", "team-a"}
-	bob   = tenant{"bob", "team-b-devs", "team-b"}
+	alice = tenant{"alice", "team-a", "team-a"}
+	bob   = tenant{"bob", "team-b", "team-b"}
 )
 
-// tenantRules are the hub chart's example tenant role.
-var tenantRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{trainer.GroupVersion.Group}, Resources: []string{"trainjobs"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
-	{APIGroups: []string{trainer.GroupVersion.Group}, Resources: []string{"trainjobs/" + tenantview.LogSubresource}, Verbs: []string{"get"}},
-	{APIGroups: []string{"kueue.x-k8s.io"}, Resources: []string{"workloads"}, Verbs: []string{"get", "list", "watch"}},
-	{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}},
-	{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"logrequests"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
-}
-
-// grant binds the tenant role to t in t's namespace, once per suite.
-func grant(t *testing.T, tn tenant) {
+// grant applies the sample tenant RBAC (once per suite) after checking
+// the role grants nothing on Dispatches.
+func grant(t *testing.T, _ tenant) {
 	t.Helper()
-	ctx := context.Background()
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "trainyard-tenant"}, Rules: tenantRules}
-	if err := hub.Client.Create(ctx, role); err != nil && !apierrors.IsAlreadyExists(err) {
+	root, err := kube.RepoRoot()
+	if err != nil {
 		t.Fatal(err)
 	}
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "tenant-" + tn.user, Namespace: tn.ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "Group", Name: tn.group}},
-	}
-	if err := hub.Client.Create(ctx, rb); err != nil && !apierrors.IsAlreadyExists(err) {
+	objs, err := util.ReadManifests(filepath.Join(root, "config", "samples", "30-tenants.yaml"))
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" && strings.Contains(fmt.Sprint(o.Object["rules"]), "dispatches") {
+			t.Fatalf("the sample tenant role grants Dispatches: %v", o.Object["rules"])
+		}
+		if err := hub.Client.Create(context.Background(), o); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
 	}
 }
 
