@@ -24,6 +24,9 @@ import (
 // LogsReconciler answers `trainyard logs` requests on the agent's
 // Dispatches (v1alpha1.AnnotationLogsRequest) by reading the output through
 // the backend and writing it into the Dispatch's logs ConfigMap on the hub.
+// Only the hub (and administrators) may write Dispatches: the hub relays a
+// tenant's LogRequest once a SubjectAccessReview of its requester allows
+// it, so the agent answers what it finds there.
 type LogsReconciler struct {
 	// Hub reads Dispatches (cached) and writes answers.
 	Hub client.Client
@@ -66,6 +69,8 @@ func (r *LogsReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		ctrl.LoggerFrom(ctx).Info("ignoring malformed logs request", "dispatch", req.NamespacedName, "error", err)
 		return ctrl.Result{}, nil
 	}
+	// Who asked, for the agent's log; never the output.
+	ctrl.LoggerFrom(ctx).V(1).Info("logs request", "dispatch", req.NamespacedName, "logRequest", lr.LogRequest, "replica", lr.Replica)
 	answer := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: v1alpha1.LogsAnswerName(d.Name)}}
 	var existing corev1.ConfigMap
 	err := r.Answers.Get(ctx, client.ObjectKeyFromObject(answer), &existing)

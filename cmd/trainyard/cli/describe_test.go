@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -234,6 +235,39 @@ func TestEventInfo(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, eventInfo("o", &tc.ev)); diff != "" {
 				t.Errorf("eventInfo (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPrintSummaryWhenDispatchesAreHidden(t *testing.T) {
+	sum := &v1alpha1.PlacementSummary{Target: "spoke-1", Attempt: 2, Phase: v1alpha1.DispatchRunning, Remote: "JobSet jobs/ty-llama-2",
+		PodSets: []v1alpha1.PodSetSummary{{Name: "node", Count: 70, Domains: []string{"rack-a/n1=1"}, MoreDomains: 69}}}
+	cases := map[string]struct {
+		sum  *v1alpha1.PlacementSummary
+		want []string
+	}{
+		"no summary yet": {want: []string{"Placement:    <none> (no summary on the TrainJob yet; hub summary; full Dispatch detail is for administrators)"}},
+		"summary": {sum: sum, want: []string{
+			"Placement (hub summary; full Dispatch detail is for administrators):", "  Target:      spoke-1", "  Attempt:     2",
+			"  Phase:       Running", "  Remote:      JobSet jobs/ty-llama-2", "    node   70        rack-a/n1=1 and 69 more",
+		}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := describe(jobState{tj: trainJob("new")}, nil)
+			d.DispatchesHidden, d.Summary = true, tc.sum
+			var out bytes.Buffer
+			if err := printDescription(&out, d, now); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w+"\n") {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			if strings.Contains(out.String(), "Dispatch:") || strings.Contains(out.String(), "Runtime Snapshot") {
+				t.Errorf("output shows Dispatch detail:\n%s", out.String())
 			}
 		})
 	}
