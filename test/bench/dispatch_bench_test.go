@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -259,7 +260,7 @@ func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) time.Durat
 	ctx, c := context.Background(), fleet.Hub.Client
 	t0 := time.Now()
 	parallel(b, n, func(i int) error {
-		return c.Create(ctx, tytesting.MakeTrainJob(fmt.Sprintf("%s-%d", prefix, i), "bench").Queue("lq").
+		return createTrainJob(ctx, c, tytesting.MakeTrainJob(fmt.Sprintf("%s-%d", prefix, i), "bench").Queue("lq").
 			RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(gpusPerTrainJob).Obj())
 	})
 	perTarget := map[string]int{}
@@ -285,6 +286,20 @@ func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) time.Durat
 		}
 	}
 	return d
+}
+
+// createTrainJob creates tj, again when the hub's pinning webhook answers
+// that the runtime's pinned copy changed under it (concurrent creates of
+// jobs of one runtime all touch that copy): it asks the client to retry.
+func createTrainJob(ctx context.Context, c client.Client, tj *trainer.TrainJob) error {
+	var err error
+	for range 20 {
+		if err = c.Create(ctx, tj.DeepCopy()); err == nil || !strings.HasSuffix(err.Error(), "; retry") {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
 }
 
 func parallel(b *testing.B, n int, fn func(i int) error) {

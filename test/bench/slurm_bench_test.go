@@ -117,7 +117,7 @@ func slurmTrainJobs(b *testing.B, fleet *kube.Fleet, c *slurm.Client, n, round i
 	prefix := fmt.Sprintf("ty-%d-", round)
 	t0 := time.Now()
 	parallel(b, n, func(i int) error {
-		return hub.Create(ctx, tytesting.MakeTrainJob(prefix+strconv.Itoa(i), "bench").Queue("lq").
+		return createTrainJob(ctx, hub, tytesting.MakeTrainJob(prefix+strconv.Itoa(i), "bench").Queue("lq").
 			RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(1).
 			Command([]string{"true"}).Obj())
 	})
