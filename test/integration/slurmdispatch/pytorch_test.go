@@ -1,0 +1,81 @@
+package slurmdispatch
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+// allReduce sums rank+1 over every rank with gloo and prints the result.
+const allReduce = `import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(f"allreduce rank={dist.get_rank()} world={dist.get_world_size()} sum={t.item():g}", flush=True)
+dist.destroy_process_group()
+`
+
+// TestTorchrunAllReduce runs real PyTorch: torchrun, started by trainyard's
+// torchrun launcher on 2 Slurm nodes, rendezvous through the PET_*
+// variables, and a gloo all-reduce whose result both ranks print, read
+// back with `trainyard logs`.
+func TestTorchrunAllReduce(t *testing.T) {
+	makeRuntime(t, "torch-real-slurm", tytesting.TorchRuntimeSpec(1))
+	tj := trainJob("allreduce", "torch-real-slurm", 2, 1, "torchrun", "--no-python", "python3", "-c", allReduce)
+	// All emulated nodes are one host: gloo must use loopback.
+	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "GLOO_SOCKET_IFNAME", Value: "lo"}}
+	tj = submit(t, tj)
+	d := dispatchOf(t, tj, phaseIs(v1alpha1.DispatchSucceeded))
+
+	out, errOut, code := trainyardCLI("logs", tj.Name, "-n", tenant)
+	if code != 0 {
+		t.Fatalf("logs exited %d: %s", code, errOut)
+	}
+	for _, want := range []string{"allreduce rank=0 world=2 sum=3", "allreduce rank=1 world=2 sum=3"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output of Slurm job %s lacks %q:\n%s", d.Status.Remote.ID, want, out)
+		}
+	}
+}
+
+// TestUpstreamMultiNodeExample runs Trainer's examples/yaml/01-multi-node.yaml
+// on its shipped torch-distributed runtime, both unchanged but for the
+// namespace and the Kueue queue: torchrun --no-python python3 -c on 3 Slurm
+// nodes, every rank reporting the whole world.
+func TestUpstreamMultiNodeExample(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	rt, err := tytesting.ShippedRuntime("manifests/base/runtimes/torch_distributed.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(env.fleet.Hub.Client.Create(ctx, rt)).To(Succeed())
+	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(ctx, rt) })
+	tj, err := tytesting.ShippedTrainJob("examples/yaml/01-multi-node.yaml", tenant)
+	g.Expect(err).NotTo(HaveOccurred())
+	if tj.Labels == nil {
+		tj.Labels = map[string]string{}
+	}
+	tj.Labels[tytesting.QueueLabel] = queue
+	tj = submit(t, tj)
+	d := dispatchOf(t, tj, phaseIs(v1alpha1.DispatchSucceeded))
+
+	out, errOut, code := trainyardCLI("logs", tj.Name, "-n", tenant)
+	if code != 0 {
+		t.Fatalf("logs exited %d: %s", code, errOut)
+	}
+	m := regexp.MustCompile(`WORLD_SIZE: (\d+)`).FindStringSubmatch(out)
+	g.Expect(m).NotTo(BeNil(), "output of Slurm job %s:\n%s", d.Status.Remote.ID, out)
+	world, _ := strconv.Atoi(m[1])
+	g.Expect(world).To(BeNumerically(">=", 3), "3 nodes, at least one rank each")
+	for r := 0; r < world; r++ {
+		g.Expect(out).To(MatchRegexp(`(?m)^RANK: %d$`, r), "rank %d of %d", r, world)
+	}
+}
