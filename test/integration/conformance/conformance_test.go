@@ -108,20 +108,7 @@ func TestShippedRuntimesOnEveryTarget(t *testing.T) {
 			job: trainJob(longName(tg.name), queueOf(tg.name), "torch-distributed", variant{command: echo, perNode: cpuOnly})})
 	}
 	for _, c := range cells {
-		// The hub must accept every job: a refusal at creation is a cell
-		// that failed, reported with the rest of the matrix. The one
-		// refusal retried is Kueue's webhook not seeing yet the runtime
-		// copy trainyard's webhook pinned a moment before: Kueue reads it
-		// through its own informer, which may lag under load.
-		var err error
-		g.Eventually(func() bool {
-			err = h.Create(ctx, c.job.DeepCopy())
-			return err == nil || !strings.Contains(err.Error(), "vtrainjob.kb.io") || !strings.Contains(err.Error(), "not found")
-		}, 30*time.Second, time.Second).Should(gomega.BeTrue())
-		if err != nil {
-			c.failed = "the hub refused to create it: " + err.Error()
-			c.outcome = "Failed: " + c.failed
-		}
+		createOrRecord(g, c)
 	}
 
 	// Every cell ends: no job hangs or loops holding quota.
@@ -189,6 +176,23 @@ func TestShippedRuntimesOnEveryTarget(t *testing.T) {
 			g.Expect(cq.Status.ReservingWorkloads).To(gomega.BeZero(), "ClusterQueue %s", cq.Name)
 		}
 	}, time.Minute, time.Second).Should(gomega.Succeed())
+}
+
+// createOrRecord creates c's TrainJob. The hub must accept every job: a
+// refusal at creation is a cell that failed, reported with the rest of the
+// matrix. The one refusal retried is Kueue's webhook not seeing yet the
+// runtime copy trainyard's webhook pinned a moment before: Kueue reads it
+// through its own informer, which may lag under load.
+func createOrRecord(g gomega.Gomega, c *cell) {
+	var err error
+	g.Eventually(func() bool {
+		err = env.fleet.Hub.Client.Create(context.Background(), c.job.DeepCopy())
+		return err == nil || !strings.Contains(err.Error(), "vtrainjob.kb.io") || !strings.Contains(err.Error(), "not found")
+	}, 30*time.Second, time.Second).Should(gomega.BeTrue())
+	if err != nil {
+		c.failed = "the hub refused to create it: " + err.Error()
+		c.outcome = "Failed: " + c.failed
+	}
 }
 
 // observe records c's outcome once the TrainJob finished or trainyard's

@@ -44,6 +44,9 @@ const (
 	// cacheInitializerSA is the ServiceAccount Trainer's data-cache runtime
 	// runs its initializer as; a site using the cache installs it.
 	cacheInitializerSA = "kubeflow-trainer-cache-initializer"
+	// exampleSA is the ServiceAccount Trainer's runtime-patches example
+	// names; the administrator allows it and creates it.
+	exampleSA = "training-sa"
 )
 
 // targets of the fleet: name and the backend it runs jobs with.
@@ -108,7 +111,7 @@ func run(m *testing.M) (code int) {
 	}
 	env.ctrls, err = trainyard.Start(ctx, env.fleet, trainyard.Options{
 		Flavor: anyFlavor, SpokeNamespace: spokeNamespace,
-		AllowedPodFields:  &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{cacheInitializerSA}},
+		AllowedPodFields:  &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{cacheInitializerSA, exampleSA}},
 		SpokeBackends:     map[string]v1alpha1.KubernetesBackend{"spoke2": v1alpha1.KubernetesBackendLeaderWorkerSet},
 		LostTargetTimeout: 5 * time.Minute, HeartbeatInterval: time.Second,
 		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
@@ -149,9 +152,11 @@ func setUpSpokes(ctx context.Context) error {
 		if err := s.EnsureNamespace(ctx, ns); err != nil {
 			return err
 		}
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: cacheInitializerSA, Namespace: ns}}
-		if err := s.Client.Create(ctx, sa); client.IgnoreAlreadyExists(err) != nil {
-			return err
+		for _, name := range []string{cacheInitializerSA, exampleSA} {
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+			if err := s.Client.Create(ctx, sa); client.IgnoreAlreadyExists(err) != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -193,6 +198,12 @@ func serveTargetFlavors(ctx context.Context) error {
 		}
 		patch := client.MergeFrom(tg.DeepCopy())
 		tg.Spec.Flavors = []string{anyFlavor, flavorOf(t.name)}
+		if t.kind == "Slurm" {
+			// Without containers it can run only jobs that name a command
+			// its nodes have: the administrator keeps it for jobs of its
+			// own flavors, which ask for its resources.
+			tg.Spec.FlavorlessJobs = v1alpha1.FlavorlessJobsDeny
+		}
 		if err := env.fleet.Hub.Client.Patch(ctx, &tg, patch); err != nil {
 			return err
 		}
