@@ -11,10 +11,14 @@ import (
 	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/harness/slurm"
@@ -22,9 +26,12 @@ import (
 )
 
 const (
-	sampleNamespace = "team-a"
-	sampleQueue     = "lq"
-	sampleFlavor    = "gpu"
+	// sampleSpokeNamespace prefixes each tenant's namespace on the spokes.
+	sampleSpokeNamespace = "jobs"
+	cacheInitializerSA   = "kubeflow-trainer-cache-initializer"
+	sampleNamespace      = "team-a"
+	sampleQueue          = "lq"
+	sampleFlavor         = "gpu"
 	// sampleRuntime is not named like any of Kubeflow's runtimes, so
 	// applying those to the sandbox hub leaves the samples' own alone.
 	sampleRuntime = "sandbox-torch"
@@ -56,7 +63,21 @@ func startTrainyard(ctx context.Context, fleet *kube.Fleet, sl *slurm.Cluster, o
 	}
 	opts := trainyard.Options{
 		Flavor: sampleFlavor, TopologyLevels: []string{"topology.kubernetes.io/rack"},
-		HeartbeatInterval: 2 * time.Second,
+		HeartbeatInterval: 2 * time.Second, SpokeNamespace: sampleSpokeNamespace,
+		// Kubeflow's data-cache runtime runs its initializer as this
+		// account; the sandbox allows it and creates it, as a site using
+		// the cache would.
+		AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{cacheInitializerSA}},
+	}
+	for _, s := range fleet.Spokes {
+		ns := kubework.TenantNamespace(sampleSpokeNamespace, sampleNamespace)
+		if err := s.EnsureNamespace(ctx, ns); err != nil {
+			return nil, err
+		}
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: cacheInitializerSA, Namespace: ns}}
+		if err := s.Client.Create(ctx, sa); client.IgnoreAlreadyExists(err) != nil {
+			return nil, err
+		}
 	}
 	if sl != nil {
 		opts.Slurm = []trainyard.SlurmTarget{{Name: "hpc", Cluster: sl, APIVersion: "v0.0.42",
