@@ -112,18 +112,7 @@ func TestShippedRuntimesOnEveryTarget(t *testing.T) {
 	}
 
 	// Every cell ends: no job hangs or loops holding quota.
-	g.Eventually(func(g gomega.Gomega) {
-		pending := 0
-		for _, c := range cells {
-			if !c.done() {
-				observe(ctx, g, c)
-			}
-			if !c.done() {
-				pending++
-			}
-		}
-		g.Expect(pending).To(gomega.BeZero(), "jobs still under way:\n%s", underWay(cells))
-	}, 10*time.Minute, 2*time.Second).Should(gomega.Succeed())
+	awaitOutcomes(ctx, g, cells, 10*time.Minute)
 
 	fmt.Println(matrix(cells))
 
@@ -235,6 +224,23 @@ func observe(ctx context.Context, g gomega.Gomega, c *cell) {
 		}
 	}
 	c.outcome = "Succeeded on " + c.ranOn
+}
+
+// awaitOutcomes waits until every cell has ended: no job may hang or loop
+// holding quota.
+func awaitOutcomes(ctx context.Context, g gomega.Gomega, cells []*cell, timeout time.Duration) {
+	g.Eventually(func(g gomega.Gomega) {
+		pending := 0
+		for _, c := range cells {
+			if !c.done() {
+				observe(ctx, g, c)
+			}
+			if !c.done() {
+				pending++
+			}
+		}
+		g.Expect(pending).To(gomega.BeZero(), "jobs still under way:\n%s", underWay(cells))
+	}, timeout, 2*time.Second).Should(gomega.Succeed())
 }
 
 func underWay(cells []*cell) string {

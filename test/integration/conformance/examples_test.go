@@ -73,18 +73,7 @@ func TestTrainersExamplesRun(t *testing.T) {
 	for _, c := range cells {
 		createOrRecord(g, c)
 	}
-	g.Eventually(func(g gomega.Gomega) {
-		pending := 0
-		for _, c := range cells {
-			if !c.done() {
-				observe(ctx, g, c)
-			}
-			if !c.done() {
-				pending++
-			}
-		}
-		g.Expect(pending).To(gomega.BeZero(), "examples still under way:\n%s", underWay(cells))
-	}, 6*time.Minute, 2*time.Second).Should(gomega.Succeed())
+	awaitOutcomes(ctx, g, cells, 6*time.Minute)
 
 	var b strings.Builder
 	b.WriteString("conformance: Kubeflow Trainer's example TrainJobs\n")

@@ -143,7 +143,10 @@ func setUpSpokes(ctx context.Context) error {
 	for _, s := range env.fleet.Spokes {
 		var nodes []kube.NodeSpec
 		for i := range 4 {
-			nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("%s-gpu-%d", s.Name, i), GPUs: 4})
+			// Trainer's runtime-patches example selects nodes labelled
+			// node-type=training: a site running it labels some.
+			nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("%s-gpu-%d", s.Name, i), GPUs: 4,
+				Labels: map[string]string{"node-type": "training"}})
 		}
 		if _, err := util.SetUpSpoke(ctx, s, nodes); err != nil {
 			return err
