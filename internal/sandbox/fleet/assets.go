@@ -1,9 +1,9 @@
-// Package kube starts real Kubernetes control planes for trainyard's tests and
+// Package fleet starts real Kubernetes control planes for trainyard's tests and
 // local sandbox: kube-apiserver and etcd through controller-runtime's envtest,
 // plus, as separate processes, kube-controller-manager, kube-scheduler, kwok,
 // the JobSet manager and the Kueue manager, all built from Go modules by
 // hack/build-tools.sh.
-package kube
+package fleet
 
 import (
 	"fmt"

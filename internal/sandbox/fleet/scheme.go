@@ -1,4 +1,4 @@
-package kube
+package fleet
 
 import (
 	trainerv1alpha1 "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"

@@ -1,4 +1,4 @@
-package kube
+package fleet
 
 import (
 	"context"
