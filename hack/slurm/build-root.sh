@@ -25,6 +25,9 @@ PKGS=(
   slurmdbd mariadb-server
   # A real PyTorch (CPU) for torchrun jobs; see configure.sh for its libuv shim.
   python3-torch
+  # OCI containers (containerRuntime OCI): Slurm's --container runs bundles with crun;
+  # job scripts resolve an image into a bundle with skopeo (copy) and umoci (unpack).
+  crun skopeo umoci
 )
 
 t0=$(date +%s); ts=$t0
@@ -85,7 +88,8 @@ else
     ls "$plugdir/$p.so" >/dev/null || { echo "[slurm-root] plugin $p.so missing" >&2; exit 1; }
   done
   c sh -c 'slurmctld -V; slurmdbd -V; mariadbd --version; ompi_info --version | head -1
-    python3 -c "import torch; print(\"torch\", torch.__version__)"' | sed 's/^/[slurm-root] /'
+    python3 -c "import torch; print(\"torch\", torch.__version__)"
+    crun --version | head -1; skopeo --version; umoci --version' | sed 's/^/[slurm-root] /'
   umount_under "$TMP"; trap - EXIT
   # The .debs live in the shared cache, not in the chroot.
   rm -rf "$TMP/var/lib/apt/lists/"*_Packages 2>/dev/null || true
