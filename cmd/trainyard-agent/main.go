@@ -26,6 +26,7 @@ type flags struct {
 	qps                                             float64
 	burst                                           int
 	heartbeat, slurmPoll                            time.Duration
+	fenceInterval, resync                           time.Duration
 	slurmServiceUser                                string
 	leaseDuration, leaseRenew                       time.Duration
 	fenceMaxDeletes                                 int
@@ -51,6 +52,9 @@ func main() {
 	flag.DurationVar(&f.leaseDuration, "lease-duration", spoke.DefaultLeaseDuration,
 		"without renewing its lease on the hub for this long, the agent stops its remote work; equal to the hub's --agent-lease-duration")
 	flag.DurationVar(&f.leaseRenew, "lease-renew-interval", spoke.DefaultLeaseRenewInterval, "how often the lease on the hub is renewed")
+	flag.DurationVar(&f.fenceInterval, "fence-interval", spoke.DefaultFenceInterval,
+		"how often remote work whose Dispatch is gone or of another attempt is looked for and deleted (also once at start)")
+	flag.DurationVar(&f.resync, "resync-period", spoke.DefaultResync, "how often each Dispatch is reconciled again without an event")
 	flag.IntVar(&f.fenceMaxDeletes, "fence-max-deletes", spoke.DefaultFenceMaxDeletes, "most stale remote jobs one fence pass may delete")
 	flag.StringVar(&f.hubID, "hub-id", "", "identity (kube-system namespace UID) of the only hub the fence trusts; empty: the first one seen")
 	flag.StringVar(&f.slurmServiceUser, "slurm-service-user", "", "Slurm user that reads jobs and nodes and cancels jobs (slurm backend; default: slurm with a signing key, the token's user with a token)")
@@ -72,7 +76,7 @@ func run(f flags) error {
 	if err != nil {
 		return fmt.Errorf("hub kubeconfig: %w", err)
 	}
-	agent := spoke.Options{HeartbeatInterval: f.heartbeat, LeaseDuration: f.leaseDuration, LeaseRenewInterval: f.leaseRenew,
+	agent := spoke.Options{HeartbeatInterval: f.heartbeat, FenceInterval: f.fenceInterval, Resync: f.resync, LeaseDuration: f.leaseDuration, LeaseRenewInterval: f.leaseRenew,
 		FenceMaxDeletes: f.fenceMaxDeletes, HubID: f.hubID}
 	ctx := ctrl.SetupSignalHandler()
 	var mgr ctrl.Manager

@@ -32,6 +32,7 @@ func main() {
 		"share of targets silent at once above which the hub assumes it is cut off and requeues nothing")
 	flag.IntVar(&o.Concurrency, "dispatch-concurrency", 8, "workloads reconciled in parallel")
 	flag.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the runtime-pinning webhook (0 disables it)")
+	flag.StringVar(&o.WebhookHost, "webhook-host", "", "address the runtime-pinning webhook listens on (empty: every address)")
 	flag.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "folder with the webhook's tls.crt and tls.key")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)

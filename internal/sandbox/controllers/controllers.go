@@ -107,25 +107,39 @@ type Controllers struct {
 	MetricsURL   string
 }
 
-// Start registers the fleet's spokes and starts the hub and the agents.
-func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error) {
-	if o.SpokeNamespace == "" {
-		o.SpokeNamespace = "jobs"
-	}
-	c := &Controllers{Agents: map[string]*Component{}, AgentConfigs: map[string]*rest.Config{}}
+// Registration is what Register made on the hub: the credentials and
+// options the hub and each agent run with, whether in this process (Start)
+// or as separate binaries.
+type Registration struct {
+	// HubConfig is the hub's identity, bound to config/rbac/hub only.
+	HubConfig *rest.Config
+	// HubOptions serve the pinning webhook Register installed, metrics at
+	// MetricsURL and the lease settings of Options.
+	HubOptions hub.ManagerOptions
+	// AgentConfigs are the agents' RBAC-limited hub credentials.
+	AgentConfigs map[string]*rest.Config
+	MetricsURL   string
+}
+
+// Register creates the fleet's Targets (spokes, then o.Slurm), the agents'
+// credentials, the hub's identity and the pinning webhook, and starts
+// nothing.
+func Register(ctx context.Context, f *fleet.Fleet, o Options) (*Registration, error) {
+	o.defaults()
+	r := &Registration{AgentConfigs: map[string]*rest.Config{}}
 	for _, s := range f.Spokes {
 		cfg, err := registerTarget(ctx, f.Hub, s.Name, o)
 		if err != nil {
 			return nil, err
 		}
-		c.AgentConfigs[s.Name] = cfg
+		r.AgentConfigs[s.Name] = cfg
 	}
 	for _, st := range o.Slurm {
 		cfg, err := registerSlurmTarget(ctx, f.Hub, st, o)
 		if err != nil {
 			return nil, err
 		}
-		c.AgentConfigs[st.Name] = cfg
+		r.AgentConfigs[st.Name] = cfg
 	}
 	hubOpts, err := installWebhook(ctx, f.Hub)
 	if err != nil {
@@ -135,20 +149,38 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 	if err != nil {
 		return nil, err
 	}
-	c.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+	r.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	hubOpts.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", metricsPort)
-	hubOpts.SkipNameValidation = true
 	hubOpts.QPS, hubOpts.Burst = o.HubQPS, o.HubBurst
-	if o.LeaseDuration == 0 {
-		o.LeaseDuration = o.LostTargetTimeout
-	}
 	hubOpts.Options = hub.Options{Lease: targets.LeaseSettings{
 		Duration: o.LeaseDuration, Grace: o.LeaseGrace, DisruptionThreshold: o.DisruptionThreshold}}
 	hubOpts.Options.PinnedRuntimeGracePeriod = o.PinnedRuntimeGracePeriod
-	hubCfg, err := hubIdentity(ctx, f.Hub)
+	r.HubOptions = hubOpts
+	if r.HubConfig, err = hubIdentity(ctx, f.Hub); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (o *Options) defaults() {
+	if o.SpokeNamespace == "" {
+		o.SpokeNamespace = "jobs"
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = o.LostTargetTimeout
+	}
+}
+
+// Start registers the fleet's spokes and starts the hub and the agents.
+func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error) {
+	o.defaults()
+	reg, err := Register(ctx, f, o)
 	if err != nil {
 		return nil, err
 	}
+	c := &Controllers{Agents: map[string]*Component{}, AgentConfigs: reg.AgentConfigs, MetricsURL: reg.MetricsURL}
+	hubCfg, hubOpts := reg.HubConfig, reg.HubOptions
+	hubOpts.SkipNameValidation = true
 	c.Hub = &Component{Name: "hub", build: func(context.Context) (ctrl.Manager, error) {
 		return hub.NewManager(hubCfg, hubOpts)
 	}}

@@ -14,9 +14,13 @@ type (
 	Controllers = controllers.Controllers
 	Component   = controllers.Component
 	Queue       = controllers.Queue
+	// Registration is what Register made: credentials and options for
+	// running the hub and agents elsewhere, e.g. as processes.
+	Registration = controllers.Registration
 )
 
 var (
 	Start      = controllers.Start
+	Register   = controllers.Register
 	SetUpQueue = controllers.SetUpQueue
 )
