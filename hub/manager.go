@@ -23,6 +23,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
+	"github.com/trainyard-dev/trainyard/internal/health"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
 
@@ -91,7 +92,11 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "trainyard-hub.trainyard.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		Controller:              config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
+		// A replica that stops gracefully (the process exits when the
+		// manager returns) hands the lease over at once instead of making
+		// its successor wait out the lease.
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
 		// The hub reads one ConfigMap per dispatch attempt (Trainer's runtime
 		// snapshot, hub/snapshot): read it live rather than cache every
 		// ConfigMap of the cluster.
@@ -125,8 +130,22 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := addReadyz(mgr, o.WebhookPort > 0); err != nil {
 		return nil, err
 	}
 	return mgr, Setup(mgr, o.Options)
+}
+
+// addReadyz makes /readyz wait for the caches and, when the hub serves its
+// runtime-pinning webhook (which fails closed), for the webhook server.
+// Every replica serves the webhook, elected or not, so a standby is ready
+// too.
+func addReadyz(mgr ctrl.Manager, webhook bool) error {
+	if err := mgr.AddReadyzCheck("caches", health.CachesSynced(mgr.GetCache())); err != nil {
+		return err
+	}
+	if !webhook {
+		return nil
+	}
+	return mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker())
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,6 +36,9 @@ type DispatchReconciler struct {
 	// Live reads a Dispatch from the hub before its remote work is created,
 	// so a cache that lags a requeue never starts a stale attempt (nil: Hub).
 	Live client.Reader
+	// Recorder records what the agent did on the hub Dispatch, after the
+	// status write that says it (nil: none).
+	Recorder record.EventRecorder
 }
 
 // leaseWait paces a Dispatch while the agent holds no lease.
@@ -85,8 +90,12 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 	}
 	status := d.Status.DeepCopy()
 	submitErr := r.observe(ctx, d, status)
+	events := r.events(&d.Status, status)
 	if err := r.writeStatus(ctx, d, status); err != nil {
 		return ctrl.Result{}, err
+	}
+	for _, e := range events {
+		r.event(d, e)
 	}
 	if submitErr != nil {
 		// The status says why; the error makes the controller retry with backoff.
@@ -201,6 +210,8 @@ func (r *DispatchReconciler) reportFenced(ctx context.Context, d *v1alpha1.Dispa
 	if err := r.writeStatus(ctx, d, status); err != nil {
 		return err
 	}
+	r.event(d, dispatchEvent{corev1.EventTypeWarning, EventSelfFenced,
+		"stopped the remote work: the agent could not renew its lease on the hub"})
 	r.Lease.Reported(d)
 	return nil
 }
@@ -235,5 +246,11 @@ func (r *DispatchReconciler) cancel(ctx context.Context, d *v1alpha1.Dispatch) (
 	}
 	patch := client.MergeFrom(d.DeepCopy())
 	controllerutil.RemoveFinalizer(d, v1alpha1.RemoteCleanupFinalizer)
-	return ctrl.Result{}, client.IgnoreNotFound(r.Hub.Patch(ctx, d, patch))
+	if err := r.Hub.Patch(ctx, d, patch); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if ref := d.Status.Remote; ref != nil {
+		r.event(d, dispatchEvent{corev1.EventTypeNormal, EventRemoteCancelled, "deleted " + remoteName(ref)})
+	}
+	return ctrl.Result{}, nil
 }

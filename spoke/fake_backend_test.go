@@ -17,7 +17,7 @@ type fakeBackend struct {
 	remote map[string]*fakeRemote
 
 	// Errors returned by the next calls, when set.
-	submitErr, observeErr, cancelErr, listErr, deleteErr error
+	submitErr, observeErr, cancelErr, listErr, deleteErr, capacityErr error
 	// cancelLingers makes Cancel report the work as still going once
 	// before it is gone, as a JobSet being deleted does.
 	cancelLingers bool
@@ -124,6 +124,11 @@ func (f *fakeBackend) Cancel(_ context.Context, d *v1alpha1.Dispatch) (bool, err
 }
 
 func (f *fakeBackend) Capacity(context.Context) (*backends.Capacity, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.capacityErr != nil {
+		return nil, f.capacityErr
+	}
 	return &backends.Capacity{}, nil
 }
 

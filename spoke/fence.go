@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -84,8 +85,11 @@ func (f *Fence) Sweep(ctx context.Context) (int, error) {
 		}
 		var d v1alpha1.Dispatch
 		err := f.Hub.Get(ctx, client.ObjectKey{Namespace: w.DispatchNamespace, Name: w.DispatchName}, &d)
+		why := fmt.Sprintf("the Dispatch is at attempt %d", d.Spec.Attempt)
 		switch {
 		case apierrors.IsNotFound(err):
+			why = "the Dispatch is gone"
+			d = v1alpha1.Dispatch{ObjectMeta: metav1.ObjectMeta{Namespace: w.DispatchNamespace, Name: w.DispatchName}}
 		case err != nil:
 			return deleted, err
 		case d.Spec.Attempt == w.Attempt:
@@ -100,6 +104,11 @@ func (f *Fence) Sweep(ctx context.Context) (int, error) {
 		log.FromContext(ctx).Info("deleting stale remote work", "remote", w.Ref.Name, "dispatch", w.DispatchName, "attempt", w.Attempt)
 		if err := f.Lister.Delete(ctx, w); err != nil {
 			return deleted, err
+		}
+		metrics.FenceDeleted()
+		if f.Recorder != nil {
+			f.Recorder.Event(&d, corev1.EventTypeWarning, EventFenced, fmt.Sprintf(
+				"deleted stale remote work %s of attempt %d: %s", remoteName(&w.Ref), w.Attempt, why))
 		}
 		deleted++
 	}

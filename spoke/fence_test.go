@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -141,8 +144,8 @@ func TestFenceTrustsOnlyTheHubItKnows(t *testing.T) {
 		wantKnown   string
 		wantEvents  []string
 	}{
-		"first sight is trusted":       {seen: "hub-1", wantN: 1, wantKnown: "hub-1"},
-		"the known hub":                {known: "hub-1", seen: "hub-1", wantN: 1, wantKnown: "hub-1"},
+		"first sight is trusted":       {seen: "hub-1", wantN: 1, wantKnown: "hub-1", wantEvents: []string{EventFenced}},
+		"the known hub":                {known: "hub-1", seen: "hub-1", wantN: 1, wantKnown: "hub-1", wantEvents: []string{EventFenced}},
 		"another hub deletes nothing":  {known: "hub-1", seen: "hub-2", wantErr: true, wantKnown: "hub-1", wantEvents: []string{EventFenceUnknownHub}},
 		"a hub without identity":       {seen: "", wantErr: true, wantEvents: []string{EventFenceUnknownHub}},
 		"a known agent on a blank hub": {known: "hub-1", seen: "", wantErr: true, wantKnown: "hub-1", wantEvents: []string{EventFenceUnknownHub}},
@@ -195,9 +198,10 @@ func TestFenceBound(t *testing.T) {
 			for i := 0; i < tc.stale; i++ {
 				be.putWork(work(fmt.Sprintf("r-stale-%d", i), agentNS, fmt.Sprintf("gone-%d", i), 1))
 			}
-			rec := record.NewFakeRecorder(10)
+			rec := record.NewFakeRecorder(100)
 			f := &Fence{Hub: fake.NewClientBuilder().WithScheme(HubScheme()).WithObjects(objs...).Build(),
 				Namespace: agentNS, Target: testTarget, Lister: be, MaxDeletes: tc.max, Recorder: rec}
+			before := testutil.ToFloat64(metrics.FenceDeletions)
 			n, err := f.Sweep(context.Background())
 			if err != nil || n != tc.wantN {
 				t.Fatalf("Sweep = %d, %v; want %d", n, err, tc.wantN)
@@ -205,7 +209,12 @@ func TestFenceBound(t *testing.T) {
 			if left := len(be.remoteNames()); left != tc.live+tc.stale-tc.wantN {
 				t.Errorf("%d remote jobs left, want %d", left, tc.live+tc.stale-tc.wantN)
 			}
-			if diff := cmp.Diff(tc.wantEvents, eventReasons(rec), cmpopts.EquateEmpty()); diff != "" {
+			if got := testutil.ToFloat64(metrics.FenceDeletions) - before; got != float64(tc.wantN) {
+				t.Errorf("fence_deletions_total rose by %v, want %d", got, tc.wantN)
+			}
+			// One Fenced event on each Dispatch whose work went, then the bound's.
+			want := slices.Repeat([]string{EventFenced}, tc.wantN)
+			if diff := cmp.Diff(append(want, tc.wantEvents...), eventReasons(rec), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 		})
@@ -215,15 +224,10 @@ func TestFenceBound(t *testing.T) {
 // eventReasons drains a fake recorder into the reasons it recorded.
 func eventReasons(rec *record.FakeRecorder) []string {
 	var out []string
-	for {
-		select {
-		case e := <-rec.Events:
-			f := strings.Fields(e)
-			if len(f) > 1 {
-				out = append(out, f[1])
-			}
-		default:
-			return out
+	for _, e := range drainEvents(rec) {
+		if f := strings.Fields(e); len(f) > 1 {
+			out = append(out, f[1])
 		}
 	}
+	return out
 }

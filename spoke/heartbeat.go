@@ -2,6 +2,10 @@ package spoke
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
 	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -33,6 +37,14 @@ type Heartbeat struct {
 	// freed capacity the hub should hear of before the next interval.
 	// A kicked heartbeat waits MinKickGap, so kicks in a burst share one.
 	Kick <-chan struct{}
+	// Elected is closed once this replica leads (nil: at once); Ready
+	// judges the backend only then, as only the elected replica calls it.
+	Elected <-chan struct{}
+
+	mu sync.Mutex
+	// answered: a capacity call succeeded; capErr: the last one's error.
+	answered bool
+	capErr   error
 }
 
 // MinKickGap spaces kicked heartbeats, so a burst of job ends costs one.
@@ -72,11 +84,37 @@ func every(ctx context.Context, interval time.Duration, kick <-chan struct{}, co
 // NeedLeaderElection: only the elected agent replica reports.
 func (h *Heartbeat) NeedLeaderElection() bool { return true }
 
+// Ready is the backend's readiness check: once this replica leads, its
+// backend must have answered a capacity call, the last one included. A
+// standby calls no backend and is not judged on it.
+func (h *Heartbeat) Ready(*http.Request) error {
+	if h.Elected != nil {
+		select {
+		case <-h.Elected:
+		default:
+			return nil
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.capErr != nil:
+		return fmt.Errorf("the backend did not answer the last capacity call: %w", h.capErr)
+	case !h.answered:
+		return errors.New("the backend has not answered a capacity call yet")
+	}
+	return nil
+}
+
 // Beat sends one heartbeat.
 func (h *Heartbeat) Beat(ctx context.Context) error {
 	start := time.Now()
 	capacity, capErr := h.Backend.Capacity(ctx)
 	metrics.BackendCall(h.Backend, metrics.OpCapacity, start, capErr != nil)
+	h.mu.Lock()
+	h.capErr = capErr
+	h.answered = h.answered || capErr == nil
+	h.mu.Unlock()
 	now := metav1.NewTime(h.Clock.Now())
 	reach := metav1.Condition{Type: v1alpha1.TargetBackendReachable, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonBackendReachable, Message: "the backend answers", LastTransitionTime: now}

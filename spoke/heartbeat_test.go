@@ -2,6 +2,9 @@ package spoke
 
 import (
 	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +53,39 @@ func TestKickedHeartbeat(t *testing.T) {
 	waitChange(first)
 	cancel()
 	<-done
+}
+
+// TestHeartbeatReady: a standby is not judged on its backend; once elected,
+// the agent is ready only while its backend answered the last capacity call.
+func TestHeartbeatReady(t *testing.T) {
+	target := tytesting.MakeKubernetesTarget("k8s", "gpu").Obj()
+	hub := fake.NewClientBuilder().WithScheme(HubScheme()).WithObjects(target).
+		WithStatusSubresource(&v1alpha1.Target{}).Build()
+	be := newFakeBackend()
+	elected := make(chan struct{})
+	h := &Heartbeat{Hub: hub, Target: "k8s", Backend: be, Clock: clock.RealClock{}, Interval: time.Hour, Elected: elected}
+	ready := func() error { return h.Ready(httptest.NewRequest("GET", "/readyz", nil)) }
+	ctx := context.Background()
+
+	if err := ready(); err != nil {
+		t.Errorf("standby: %v, want ready", err)
+	}
+	close(elected)
+	if err := ready(); err == nil {
+		t.Error("elected before any capacity call: ready, want not ready")
+	}
+	be.capacityErr = errors.New("connection refused")
+	if err := h.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ready(); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("backend down: %v, want its error", err)
+	}
+	be.capacityErr = nil
+	if err := h.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ready(); err != nil {
+		t.Errorf("backend back: %v, want ready", err)
+	}
 }

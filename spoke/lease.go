@@ -2,7 +2,9 @@ package spoke
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -67,6 +69,9 @@ type Lease struct {
 	mu       sync.Mutex
 	evidence time.Time
 	held     bool
+	// reached: a renewal (elected) or a read (standby) of the Lease has
+	// succeeded since start.
+	reached bool
 	// seenVersion and seenSent: the last Lease version read, and when the
 	// read that showed it was sent.
 	seenVersion string
@@ -139,6 +144,20 @@ func (l *Lease) Held() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.Clock.Since(l.evidence) < l.Duration
+}
+
+// Ready is the lease's readiness check: this replica has renewed its Lease
+// (elected) or read it (standby) since it started, and holds it.
+func (l *Lease) Ready(*http.Request) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case !l.reached:
+		return errors.New("the agent has neither renewed nor read its lease on the hub since it started")
+	case l.Clock.Since(l.evidence) >= l.Duration:
+		return fmt.Errorf("no renewal of the lease on the hub seen for %s: remote work is stopped", l.Duration)
+	}
+	return nil
 }
 
 // check updates the held state and returns it; on regaining the lease it
@@ -226,6 +245,7 @@ func (l *Lease) renew(ctx context.Context) error {
 		l.evidence = sent
 	}
 	l.seenVersion, l.seenSent = lease.ResourceVersion, sent
+	l.reached = true
 	l.mu.Unlock()
 	return nil
 }
@@ -257,10 +277,16 @@ func (l *Lease) watch(ctx context.Context) error {
 	defer cancel()
 	var lease coordinationv1.Lease
 	if err := l.Reader.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: v1alpha1.LeaseName(l.Target)}, &lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			l.mu.Lock()
+			l.reached = true
+			l.mu.Unlock()
+		}
 		return client.IgnoreNotFound(err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.reached = true
 	if l.seenVersion != "" && lease.ResourceVersion != l.seenVersion && l.seenSent.After(l.evidence) {
 		l.evidence = l.seenSent
 	}

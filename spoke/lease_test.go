@@ -3,6 +3,7 @@ package spoke
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -180,5 +181,41 @@ func TestFencedDispatchIsReported(t *testing.T) {
 	}
 	if be.has(d) || l.Fenced(&got) {
 		t.Errorf("after the report: remote %v, still fenced %v; want neither", be.has(d), l.Fenced(&got))
+	}
+}
+
+// TestLeaseReady: an agent is ready once it renewed (or, standing by, read)
+// its lease since it started, and only while it holds it.
+func TestLeaseReady(t *testing.T) {
+	ready := func(l *Lease) error { return l.Ready(httptest.NewRequest("GET", "/readyz", nil)) }
+	cut := true
+	hub := cutHub(&cut)
+	clk := testingclock.NewFakeClock(t0)
+	leader := newTestLease(hub, clk, newFakeBackend())
+	if err := leader.renew(context.Background()); err == nil {
+		t.Fatal("renewed through a cut hub")
+	}
+	if err := ready(leader); err == nil {
+		t.Error("ready before the hub ever answered")
+	}
+	cut = false
+	standby := newTestLease(hub, clk, newFakeBackend())
+	if err := standby.watch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ready(standby); err != nil {
+		t.Errorf("standby that read the hub (no Lease yet): %v, want ready", err)
+	}
+	if err := leader.renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ready(leader); err != nil {
+		t.Errorf("after a renewal: %v, want ready", err)
+	}
+	cut = true
+	clk.Step(testLease)
+	_ = leader.renew(context.Background())
+	if err := ready(leader); err == nil {
+		t.Error("ready a whole lease after the last renewal")
 	}
 }

@@ -7,14 +7,17 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/internal/health"
 )
 
 // Defaults of Options.
@@ -54,6 +57,9 @@ type Options struct {
 	// HubID, when set, is the only hub identity the fence trusts; empty:
 	// the first one the agent sees.
 	HubID string
+	// Caches the agent reads besides its manager's (the spoke's), which
+	// /readyz waits for.
+	Caches []cache.Cache
 }
 
 // wakeBuffer holds Dispatches to report after the lease came back.
@@ -87,7 +93,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	wake := make(chan event.GenericEvent, wakeBuffer)
 	lease.Wake = wake
 	r := &DispatchReconciler{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Resync: opts.Resync,
-		Lease: lease, Live: mgr.GetAPIReader()}
+		Lease: lease, Live: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("trainyard-agent")}
 	b := ctrl.NewControllerManagedBy(mgr).Named("trainyard-agent-" + opts.Target).
 		For(&v1alpha1.Dispatch{}).
 		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
@@ -105,14 +111,32 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := logs.SetupWithManager(mgr, opts.Target); err != nil {
 		return err
 	}
-	hb := &Heartbeat{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Interval: opts.HeartbeatInterval, Kick: opts.HeartbeatKick}
+	hb := &Heartbeat{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Interval: opts.HeartbeatInterval,
+		Kick: opts.HeartbeatKick, Elected: mgr.Elected()}
 	if err := mgr.Add(hb); err != nil {
+		return err
+	}
+	if err := addReadyz(mgr, append([]cache.Cache{mgr.GetCache()}, opts.Caches...), lease, hb); err != nil {
 		return err
 	}
 	if lister, ok := opts.Backend.(backends.RemoteLister); ok {
 		f := &Fence{Hub: mgr.GetAPIReader(), Namespace: opts.Namespace, Target: opts.Target, Lister: lister, Interval: opts.FenceInterval,
 			MaxDeletes: opts.FenceMaxDeletes, HubID: opts.HubID, Recorder: mgr.GetEventRecorderFor("trainyard-agent")}
 		if err := mgr.Add(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addReadyz makes /readyz wait for the caches, the lease (renewed or, on a
+// standby, read since start, and held) and the backend (answering the
+// elected replica's last capacity call).
+func addReadyz(mgr ctrl.Manager, caches []cache.Cache, lease *Lease, hb *Heartbeat) error {
+	for name, check := range map[string]healthz.Checker{
+		"caches": health.CachesSynced(caches...), "lease": lease.Ready, "backend": hb.Ready,
+	} {
+		if err := mgr.AddReadyzCheck(name, check); err != nil {
 			return err
 		}
 	}

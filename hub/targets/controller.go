@@ -67,7 +67,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, &t); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			r.tracker.forget(req.Name)
-			metrics.LeaseAge.DeleteLabelValues(req.Name)
 			metrics.ForgetTarget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -62,7 +62,9 @@ var (
 )
 
 // byTarget are the vectors with a target label: ForgetTarget clears them.
-var byTarget = []*prometheus.MetricVec{Dispatches.MetricVec, AdmissionToRunning.MetricVec, DecisionDuration.MetricVec}
+// A new vector with a target label belongs here.
+var byTarget = []*prometheus.MetricVec{Dispatches.MetricVec, AdmissionToRunning.MetricVec, DecisionDuration.MetricVec,
+	LeaseAge.MetricVec}
 
 func init() { Register(ctrlmetrics.Registry) }
 
@@ -89,8 +91,8 @@ func ObserveDecision(target string, start time.Time) {
 // SyncError counts a failed sync of component.
 func SyncError(component string) { SyncErrors.WithLabelValues(component).Inc() }
 
-// ForgetTarget deletes the series of a deleted Target. The gauges of
-// state.go are counted from the Targets that exist.
+// ForgetTarget deletes every series of a deleted Target, whatever its other
+// labels. The gauges of state.go are counted from the Targets that exist.
 func ForgetTarget(target string) {
 	heartbeats.forget(target)
 	for _, v := range byTarget {
