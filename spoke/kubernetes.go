@@ -85,10 +85,8 @@ func SpokeScheme() *runtime.Scheme {
 // NewKubernetesAgent builds the agent of a Kubernetes spoke. It reads its
 // Target from the hub for the agent namespace, the prefix of the spoke's
 // tenant namespaces, the pod policy (Pod Security level, allowed pod
-// fields, egress allowance) and the topology levels, so an administrator
-// configures a spoke in one place. Changes of the pod policy and egress
-// allowance apply at once (setupTargetSettings); of the agent namespace,
-// prefix, backend and topology levels when the agent restarts.
+// fields) and the topology levels, so an administrator configures a spoke
+// in one place. A Target change reaches the agent when it restarts.
 func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOptions) (ctrl.Manager, error) {
 	hubCfg, spokeCfg := withRate(hubCfg, o.QPS, o.Burst), withRate(o.Spoke, o.QPS, o.Burst)
 	direct, err := client.New(hubCfg, client.Options{Scheme: HubScheme()})
@@ -120,7 +118,6 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	opts.Target, opts.Namespace = t.Name, ns
 	opts.Caches = append(opts.Caches, spoke.GetCache())
 	k := t.Spec.Kubernetes
-	settings := kubework.SettingsOf(k)
 	binding, err := tenantBinding(ctx, logs, o.TenantRole)
 	if err != nil {
 		return nil, err
@@ -131,8 +128,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 			return nil, err
 		}
 		opts.Backend = lws.New(spoke.GetClient(), lws.Options{
-			Namespace: k.Namespace, Policy: settings.Policy, Egress: settings.Egress, Binding: binding, TopologyLevels: k.TopologyLevels,
-			LiveReader: spoke.GetAPIReader(), Logs: logs,
+			Namespace: k.Namespace, Policy: kubework.PolicyOf(k), Binding: binding, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
 		})
 		// A LeaderWorkerSet's job ends in its pods' container statuses.
 		opts.RemoteEvents = append(opts.RemoteEvents,
@@ -143,16 +139,12 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 			return nil, err
 		}
 		opts.Backend = jobset.New(spoke.GetClient(), jobset.Options{
-			Namespace: k.Namespace, Policy: settings.Policy, Egress: settings.Egress, Binding: binding, TopologyLevels: k.TopologyLevels,
-			LiveReader: spoke.GetAPIReader(), Logs: logs,
+			Namespace: k.Namespace, Policy: kubework.PolicyOf(k), Binding: binding, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
 		})
 		opts.RemoteEvents = append(opts.RemoteEvents, source.Kind(spoke.GetCache(), &jobsetv1alpha2.JobSet{},
 			handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*jobsetv1alpha2.JobSet])))
 	default:
 		return nil, fmt.Errorf("target %s: spec.kubernetes.backend %q is not JobSet or LeaderWorkerSet", t.Name, k.Backend)
-	}
-	if err := setupTargetSettings(mgr, t.Name, opts.Backend.(SettingsUpdater), settings); err != nil {
-		return nil, err
 	}
 	return mgr, Setup(mgr, opts)
 }
