@@ -65,4 +65,7 @@ const (
 	ReasonSlurmPreempted   = "Preempted"
 	ReasonSlurmOutOfMemory = "OutOfMemory"
 	ReasonSlurmRequeued    = "Requeued"
+	// ReasonContainerImage: the job's container image could not be pulled
+	// or unpacked on its node (containerRuntime OCI).
+	ReasonContainerImage = "ContainerImageUnavailable"
 )

@@ -45,12 +45,21 @@ const (
 )
 
 // ContainerRuntime is how a Slurm cluster runs the job's container image, if at all.
-// +kubebuilder:validation:Enum=None;Pyxis;Apptainer
+// +kubebuilder:validation:Enum=None;OCI;Pyxis;Apptainer
 type ContainerRuntime string
 
 const (
-	ContainerRuntimeNone      ContainerRuntime = "None"
-	ContainerRuntimePyxis     ContainerRuntime = "Pyxis"
+	// ContainerRuntimeNone runs the command on the bare nodes; the image is
+	// not used.
+	ContainerRuntimeNone ContainerRuntime = "None"
+	// ContainerRuntimeOCI is Slurm's own container support (srun
+	// --container, oci.conf) with an OCI runtime such as crun: the job
+	// pulls the image with skopeo and unpacks it with umoci on the node.
+	ContainerRuntimeOCI ContainerRuntime = "OCI"
+	// ContainerRuntimePyxis is NVIDIA's Pyxis SPANK plugin with Enroot
+	// (srun --container-image).
+	ContainerRuntimePyxis ContainerRuntime = "Pyxis"
+	// ContainerRuntimeApptainer runs each task under apptainer exec.
 	ContainerRuntimeApptainer ContainerRuntime = "Apptainer"
 )
 
@@ -279,10 +288,24 @@ type SlurmTarget struct {
 	// +kubebuilder:validation:MaxItems=3
 	Launchers []Launcher `json:"launchers,omitempty"`
 
-	// containerRuntime is how this cluster runs container images.
+	// containerRuntime is how this cluster runs the job's image: None runs
+	// the command on the bare nodes, OCI with Slurm's own container support
+	// (srun --container and an oci.conf on the nodes), Pyxis with srun
+	// --container-image, Apptainer with apptainer exec. Every task of a job
+	// runs in the image; the work directory and containerMounts are bound
+	// into it. See the operator guide for what each needs on the nodes.
 	// +optional
 	// +kubebuilder:default=None
 	ContainerRuntime ContainerRuntime `json:"containerRuntime,omitempty"`
+
+	// containerMounts are host directories the administrator binds into
+	// every container this cluster runs (datasets, scratch), besides the
+	// work directory. Tenants cannot add any.
+	// +optional
+	// +listType=map
+	// +listMapKey=destination
+	// +kubebuilder:validation:MaxItems=16
+	ContainerMounts []SlurmContainerMount `json:"containerMounts,omitempty"`
 
 	// auth says how the agent authenticates to slurmrestd. The credential
 	// itself is never in the Target.
@@ -377,6 +400,29 @@ type SecretKeyRef struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Key string `json:"key"`
+}
+
+// SlurmContainerMount binds a host directory into a job's container.
+// Paths are absolute and hold letters, digits and . _ + - only, so they
+// need no quoting in any runtime's mount syntax.
+type SlurmContainerMount struct {
+	// source is the directory on the nodes.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9._+-]+)+$`
+	// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '..' || s == '.')",message="source must not contain . or .. segments"
+	Source string `json:"source"`
+
+	// destination is where it appears in the container.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9._+-]+)+$`
+	// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '..' || s == '.')",message="destination must not contain . or .. segments"
+	Destination string `json:"destination"`
+
+	// readOnly binds it read-only.
+	// +optional
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // SlurmPartition maps one Kueue flavor to a Slurm partition.

@@ -270,7 +270,14 @@ func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.
 	if err != nil {
 		return nil, err
 	}
-	return StatusOf(j), nil
+	st := StatusOf(j)
+	if st.Phase == v1alpha1.DispatchFailed && st.ExitCode != nil && *st.ExitCode == ExitImageUnavailable {
+		if t, err := b.Target(ctx); err == nil && t.Spec.Slurm != nil && t.Spec.Slurm.ContainerRuntime == v1alpha1.ContainerRuntimeOCI {
+			st.Reason = v1alpha1.ReasonContainerImage
+			st.Message = fmt.Sprintf("Slurm job %d failed: its container image could not be pulled or unpacked on the node (exit code %d; the job's error output says why)", j.JobID, ExitImageUnavailable)
+		}
+	}
+	return st, nil
 }
 
 // Cancel cancels every job that carries d's comment, not only the one

@@ -66,17 +66,21 @@ if (( ${#argv[@]} == 0 )) || [[ -z "${argv[0]}" || "${argv[0]}" == -* ]]; then e
 // the header) to decode the tenant's argv into the array argv.
 func ArgvPrelude() string { return argvPrelude }
 
+// torchEnv exports Trainer's PET_* variables every node shares; each task
+// adds its own PET_NODE_RANK.
+const torchEnv = `export PET_NNODES="${SLURM_JOB_NUM_NODES:?}"
+mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:?}"); wait "$!"
+export PET_MASTER_ADDR="${hosts[0]:?}"
+export PET_MASTER_PORT=29500
+export PET_NPROC_PER_NODE="${TRAINYARD_NPROC_PER_NODE:-1}"
+`
+
 // torchrunScript runs one task per node; each task gets Trainer's PET_*
 // variables (which torchrun reads as its options) and execs the tenant argv
 // unchanged, as Trainer does on Kubernetes: the command is expected to be
 // torchrun (or a python program that reads the PET_* variables itself) and
 // trainyard never prepends anything to it.
-const torchrunScript = scriptHeader + `export PET_NNODES="${SLURM_JOB_NUM_NODES:?}"
-mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:?}"); wait "$!"
-export PET_MASTER_ADDR="${hosts[0]:?}"
-export PET_MASTER_PORT=29500
-export PET_NPROC_PER_NODE="${TRAINYARD_NPROC_PER_NODE:-1}"
-exec srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 -- /bin/bash -c 'set -euo pipefail
+const torchrunScript = scriptHeader + torchEnv + `exec srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 -- /bin/bash -c 'set -euo pipefail
 export PET_NODE_RANK="${SLURM_NODEID:?}"
 ` + argvPrelude + `exec -- "${argv[@]}"
 '

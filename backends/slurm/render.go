@@ -93,9 +93,6 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		return nil, rejected(d, errors.New("target has no slurm configuration"))
 	}
 	st := t.Spec.Slurm
-	if rt := st.ContainerRuntime; rt != "" && rt != v1alpha1.ContainerRuntimeNone {
-		return nil, rejected(d, fmt.Errorf("container runtime %s is not supported yet", rt))
-	}
 	tjSpec := &trainer.TrainJobSpec{}
 	if err := decodeObject(d.Spec.TrainJob.Spec.Raw, tjSpec); err != nil {
 		return nil, rejected(d, fmt.Errorf("decode trainJob spec: %w", err))
@@ -137,8 +134,7 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 	if !offers(st, launcher) {
 		return nil, rejected(d, fmt.Errorf("the %s launcher is not offered by this cluster (spec.slurm.launchers)", launcher))
 	}
-	script := Script(launcher)
-	if script == "" {
+	if Script(launcher) == "" {
 		return nil, rejected(d, fmt.Errorf("unknown launcher %q", launcher))
 	}
 
@@ -184,6 +180,7 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		nproc = gpus
 	}
 	env := []string{EnvArgv + "=" + encArgv}
+	starter := ""
 	switch launcher {
 	case v1alpha1.LauncherTorchrun:
 		env = append(env, EnvNprocPerNode+"="+strconv.FormatInt(nproc, 10))
@@ -192,7 +189,7 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		if mpi := rtSpec.MLPolicy; mpi != nil && mpi.MPI != nil && mpi.MPI.NumProcPerNode != nil && *mpi.MPI.NumProcPerNode > 0 {
 			tasks = *mpi.MPI.NumProcPerNode
 		}
-		starter := MPIStarterSrun
+		starter = MPIStarterSrun
 		if b := path.Base(argv[0]); b == "mpirun" || b == "mpiexec" {
 			starter = MPIStarterMpirun
 		}
@@ -203,6 +200,21 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		return nil, rejected(d, err)
 	}
 	env = append(env, jobFileEnv(st, workDir)...)
+	script := ScriptFor(st.ContainerRuntime, launcher)
+	if rt := st.ContainerRuntime; rt != "" && rt != v1alpha1.ContainerRuntimeNone {
+		image := trainerCtr.Image
+		if tr.Image != nil {
+			image = *tr.Image
+		}
+		cenv, err := containerEnv(st, launcher, starter, image, workDir, nodes)
+		if err != nil {
+			return nil, rejected(d, err)
+		}
+		if script == "" {
+			return nil, rejected(d, fmt.Errorf("the %s launcher has no %s container script", launcher, rt))
+		}
+		env = append(env, cenv...)
+	}
 	env = append(env, tenantEnv...)
 
 	var minutes int64

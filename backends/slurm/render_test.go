@@ -239,11 +239,6 @@ func TestRender(t *testing.T) {
 		{name: "command with leading dash", c: caseSpec{tj: tytest.MakeTrainJob("t", "team-a").Command([]string{"--account=other", "python"}).Obj()}, wantErr: "may not start with a dash"},
 		{name: "NUL in arg", c: caseSpec{tj: tytest.MakeTrainJob("t", "team-a").Command([]string{"python"}, "a\x00b").Obj()}, wantErr: "NUL"},
 		{name: "zero nodes", c: caseSpec{tj: tytest.MakeTrainJob("t", "team-a").NumNodes(0).Obj()}, wantErr: "numNodes"},
-		{name: "container runtime not supported", c: caseSpec{}, target: func() *v1alpha1.Target {
-			tg := target().Obj()
-			tg.Spec.Slurm.ContainerRuntime = v1alpha1.ContainerRuntimePyxis
-			return tg
-		}(), wantErr: "container runtime Pyxis"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
