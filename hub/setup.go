@@ -28,7 +28,10 @@ type Options struct {
 
 // The hub's RBAC, generated into config/rbac/hub by `make generate`. The
 // dispatch suite runs the hub with exactly this role, so a missing verb fails
-// a test rather than a production install.
+// a test rather than a production install. The admission policies it relies
+// on (hub/snapshot.PinnedRuntimePolicy, tenantview.RequesterPolicy) ship as
+// objects of the chart and config/hub: the hub may read the requester
+// policy, to fail closed without it, and may not create or change any.
 //
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads/status,verbs=get;update;patch
@@ -45,8 +48,7 @@ type Options struct {
 // +kubebuilder:rbac:groups=trainyard.dev,resources=logrequests,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=trainyard.dev,resources=logrequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;create
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=update,resourceNames=trainyard-logrequest-requester
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get,resourceNames=trainyard-logrequest-requester
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -65,9 +67,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	gc := &snapshot.GC{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clock: opts.Clock, GracePeriod: opts.PinnedRuntimeGracePeriod}
 	if err := gc.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := mgr.Add(&tenantview.PolicyInstaller{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}); err != nil {
 		return err
 	}
 	relay := &tenantview.Relay{Client: mgr.GetClient(), Answers: mgr.GetAPIReader(), Clock: opts.Clock}

@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -35,6 +32,8 @@ const celRequesterIsCreator = `object.spec.requester.username == request.userInf
 
 // RequesterPolicy returns the ValidatingAdmissionPolicy, with its binding,
 // that checks spec.requester on LogRequest creation. It needs no webhook.
+// The hub chart (templates/logrequest-policy.yaml) and config/hub ship it
+// (test/integration/charts checks they match); the hub only reads it.
 func RequesterPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: RequesterPolicyName},
@@ -63,9 +62,10 @@ func RequesterPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.Val
 }
 
 // policyMissing says why LogRequests cannot be trusted when the requester
-// policy or its binding is not installed as RequesterPolicy makes them, ""
-// when it is. Without it any tenant could name anyone as requester, so the
-// relay then denies every request (fail closed).
+// policy or its binding is not installed as RequesterPolicy makes them (the
+// hub chart and config/hub ship them; the hub only reads them), "" when it
+// is. Without it, or with a weakened copy, any tenant could name anyone as
+// requester, so the relay then denies every request (fail closed).
 func policyMissing(ctx context.Context, c client.Reader) (string, error) {
 	var (
 		policy  admissionv1.ValidatingAdmissionPolicy
@@ -74,72 +74,34 @@ func policyMissing(ctx context.Context, c client.Reader) (string, error) {
 	for _, o := range []client.Object{&policy, &binding} {
 		if err := c.Get(ctx, client.ObjectKey{Name: RequesterPolicyName}, o); apierrors.IsNotFound(err) {
 			return fmt.Sprintf("the hub's admission policy %s is not installed, so the requester of a LogRequest cannot be trusted; "+
-				"an administrator installs it with the hub chart", RequesterPolicyName), nil
+				"an administrator installs it with the hub chart (or config/default)", RequesterPolicyName), nil
 		} else if err != nil {
-			return "", err
+			return "", fmt.Errorf("read the admission policy %s: %w", RequesterPolicyName, err)
 		}
 	}
-	if binding.Spec.PolicyName != RequesterPolicyName || !slices.Contains(binding.Spec.ValidationActions, admissionv1.Deny) {
-		return fmt.Sprintf("the binding %s of the hub's admission policy does not deny with policy %s", RequesterPolicyName, RequesterPolicyName), nil
+	wantPolicy, wantBinding := RequesterPolicy()
+	// DeepDerivative: fields the API server defaults and RequesterPolicy
+	// leaves unset do not count; every field it sets must be as it sets it.
+	if !equality.Semantic.DeepDerivative(wantPolicy.Spec, policy.Spec) {
+		return fmt.Sprintf("the hub's admission policy %s differs from the one the hub chart ships, so the requester of a LogRequest "+
+			"cannot be trusted; an administrator reinstalls it with the hub chart (or config/default)", RequesterPolicyName), nil
+	}
+	if binding.Spec.PolicyName != wantBinding.Spec.PolicyName || !slices.Contains(binding.Spec.ValidationActions, admissionv1.Deny) ||
+		narrowed(binding.Spec.MatchResources) {
+		return fmt.Sprintf("the binding %s of the hub's admission policy does not deny with policy %s everywhere, as the hub chart ships it",
+			RequesterPolicyName, RequesterPolicyName), nil
 	}
 	return "", nil
 }
 
-// PolicyInstaller keeps the requester policy and its binding installed as
-// RequesterPolicy makes them, so a hub installed by any means (chart,
-// kustomize, tests) has it: LogRequests are denied until it is.
-type PolicyInstaller struct {
-	// Client writes; Reader reads uncached (the hub may get these objects,
-	// not list or watch them).
-	Client client.Client
-	Reader client.Reader
-	// Retry is the wait after a failed attempt (default 30s).
-	Retry time.Duration
-}
-
-// Start installs the policy, retrying until it succeeds or ctx ends.
-func (p *PolicyInstaller) Start(ctx context.Context) error {
-	retry := p.Retry
-	if retry <= 0 {
-		retry = 30 * time.Second
+// narrowed reports whether a binding's matchResources leave some
+// LogRequests out of the policy (the chart's binding sets none).
+func narrowed(m *admissionv1.MatchResources) bool {
+	if m == nil {
+		return false
 	}
-	return wait.PollUntilContextCancel(ctx, retry, true, func(ctx context.Context) (bool, error) {
-		if err := p.install(ctx); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "install the LogRequest requester policy; LogRequests are denied until it is installed")
-			return false, nil
-		}
-		return true, nil
-	})
-}
-
-// NeedLeaderElection is false: every replica may install the same objects.
-func (p *PolicyInstaller) NeedLeaderElection() bool { return false }
-
-func (p *PolicyInstaller) install(ctx context.Context) error {
-	policy, binding := RequesterPolicy()
-	for _, want := range []client.Object{policy, binding} {
-		have := want.DeepCopyObject().(client.Object)
-		err := p.Reader.Get(ctx, client.ObjectKeyFromObject(want), have)
-		switch {
-		case apierrors.IsNotFound(err):
-			err = p.Client.Create(ctx, want)
-		case err == nil && !sameSpec(have, want):
-			want.SetResourceVersion(have.GetResourceVersion())
-			err = p.Client.Update(ctx, want)
-		}
-		if err != nil {
-			return err
-		}
+	empty := func(s *metav1.LabelSelector) bool {
+		return s == nil || (len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0)
 	}
-	return nil
-}
-
-func sameSpec(a, b client.Object) bool {
-	switch a := a.(type) {
-	case *admissionv1.ValidatingAdmissionPolicy:
-		return equality.Semantic.DeepDerivative(b.(*admissionv1.ValidatingAdmissionPolicy).Spec, a.Spec)
-	case *admissionv1.ValidatingAdmissionPolicyBinding:
-		return equality.Semantic.DeepDerivative(b.(*admissionv1.ValidatingAdmissionPolicyBinding).Spec, a.Spec)
-	}
-	return false
+	return !empty(m.NamespaceSelector) || !empty(m.ObjectSelector) || len(m.ResourceRules) > 0 || len(m.ExcludeResourceRules) > 0
 }

@@ -2,41 +2,79 @@ package tenantview
 
 import (
 	"context"
+	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 )
 
-func TestPolicyInstallerInstallsAndRestores(t *testing.T) {
-	ctx := context.Background()
-	weakened, _ := RequesterPolicy()
-	weakened.Spec.Validations[0].Expression = "true"
-	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(weakened).Build()
-	p := &PolicyInstaller{Client: c, Reader: c}
-	if err := p.install(ctx); err != nil {
-		t.Fatal(err)
-	}
-	want, wantBinding := RequesterPolicy()
-	var policy admissionv1.ValidatingAdmissionPolicy
-	var binding admissionv1.ValidatingAdmissionPolicyBinding
-	if err := c.Get(ctx, client.ObjectKey{Name: RequesterPolicyName}, &policy); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Get(ctx, client.ObjectKey{Name: RequesterPolicyName}, &binding); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(want.Spec, policy.Spec); diff != "" {
-		t.Errorf("policy not restored (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(wantBinding.Spec, binding.Spec); diff != "" {
-		t.Errorf("binding (-want +got):\n%s", diff)
-	}
-	if why, err := policyMissing(ctx, c); err != nil || why != "" {
-		t.Errorf("policyMissing after install = %q, %v", why, err)
+// TestPolicyMissing: the relay trusts a LogRequest's requester only while
+// the policy and binding are installed as the chart ships them; a missing,
+// weakened or narrowed one fails closed, with a reason that says so.
+func TestPolicyMissing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(p *admissionv1.ValidatingAdmissionPolicy, b *admissionv1.ValidatingAdmissionPolicyBinding) (keepPolicy, keepBinding bool)
+		want string
+	}{
+		{name: "as shipped", want: ""},
+		{name: "as shipped, with API server defaults and an audit action",
+			edit: func(p *admissionv1.ValidatingAdmissionPolicy, b *admissionv1.ValidatingAdmissionPolicyBinding) (bool, bool) {
+				p.Spec.MatchConstraints.MatchPolicy = ptr.To(admissionv1.Equivalent)
+				p.Spec.MatchConstraints.NamespaceSelector = &metav1.LabelSelector{}
+				b.Spec.ValidationActions = append(b.Spec.ValidationActions, admissionv1.Audit)
+				b.Spec.MatchResources = &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{}}
+				return true, true
+			}, want: ""},
+		{name: "no policy", edit: func(*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) (bool, bool) {
+			return false, true
+		}, want: "is not installed"},
+		{name: "no binding", edit: func(*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) (bool, bool) {
+			return true, false
+		}, want: "is not installed"},
+		{name: "weakened expression", edit: func(p *admissionv1.ValidatingAdmissionPolicy, _ *admissionv1.ValidatingAdmissionPolicyBinding) (bool, bool) {
+			p.Spec.Validations[0].Expression = "true"
+			return true, true
+		}, want: "differs from the one the hub chart ships"},
+		{name: "fail open", edit: func(p *admissionv1.ValidatingAdmissionPolicy, _ *admissionv1.ValidatingAdmissionPolicyBinding) (bool, bool) {
+			p.Spec.FailurePolicy = ptr.To(admissionv1.Ignore)
+			return true, true
+		}, want: "differs from the one the hub chart ships"},
+		{name: "binding only warns", edit: func(_ *admissionv1.ValidatingAdmissionPolicy, b *admissionv1.ValidatingAdmissionPolicyBinding) (bool, bool) {
+			b.Spec.ValidationActions = []admissionv1.ValidationAction{admissionv1.Warn}
+			return true, true
+		}, want: "does not deny"},
+		{name: "binding skips namespaces", edit: func(_ *admissionv1.ValidatingAdmissionPolicy, b *admissionv1.ValidatingAdmissionPolicyBinding) (bool, bool) {
+			b.Spec.MatchResources = &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"checked": "yes"}}}
+			return true, true
+		}, want: "does not deny"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, b := RequesterPolicy()
+			keepP, keepB := true, true
+			if tc.edit != nil {
+				keepP, keepB = tc.edit(p, b)
+			}
+			builder := fake.NewClientBuilder().WithScheme(kube.Scheme())
+			if keepP {
+				builder = builder.WithObjects(p)
+			}
+			if keepB {
+				builder = builder.WithObjects(b)
+			}
+			why, err := policyMissing(context.Background(), builder.Build())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (tc.want == "") != (why == "") || !strings.Contains(why, tc.want) {
+				t.Errorf("policyMissing = %q, want %q", why, tc.want)
+			}
+		})
 	}
 }

@@ -190,7 +190,7 @@ func describeJob(ctx context.Context, h *hub, e *env, name string) (*Description
 func readJobState(ctx context.Context, h *hub, e *env, name string) (s jobState, hidden bool, err error) {
 	var tj trainer.TrainJob
 	if err := h.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: name}, &tj); err != nil {
-		return jobState{}, false, notFoundIn(explain(err), h.namespace)
+		return jobState{}, false, lacksRights(notFoundIn(explain(err), h.namespace), "read trainjob "+name, h.namespace, TenantViewRole)
 	}
 	lists := &hubLists{}
 	if err := lists.listWorkloads(ctx, h, h.namespace); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
@@ -65,7 +66,7 @@ func printLogs(ctx context.Context, h *hub, e *env, name string, o logsOptions) 
 	}
 	var tj trainer.TrainJob
 	if err := h.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: name}, &tj); err != nil {
-		return notFoundIn(explain(err), h.namespace)
+		return lacksRights(notFoundIn(explain(err), h.namespace), "read trainjob "+name, h.namespace, TenantRole)
 	}
 	who, err := whoAmI(ctx, h)
 	if err != nil {
@@ -78,7 +79,7 @@ func printLogs(ctx context.Context, h *hub, e *env, name string, o logsOptions) 
 	}
 	if err := h.Create(ctx, lr); err != nil {
 		if apierrors.IsForbidden(err) {
-			return fmt.Errorf("you may not ask for logs in namespace %s (%v); an administrator grants it with the trainyard tenant role", h.namespace, err)
+			return lacksRights(err, "ask for logs (create a LogRequest)", h.namespace, TenantRole)
 		}
 		return fmt.Errorf("create a LogRequest in namespace %s: %w", h.namespace, explain(err))
 	}
@@ -90,7 +91,12 @@ func printLogs(ctx context.Context, h *hub, e *env, name string, o logsOptions) 
 	}
 	switch lr.Status.Phase {
 	case v1alpha1.LogRequestDenied:
-		return fmt.Errorf("not allowed to read the logs of trainjob %s/%s: %s", h.namespace, name, lr.Status.Message)
+		err := fmt.Errorf("not allowed to read the logs of trainjob %s/%s: %s", h.namespace, name, lr.Status.Message)
+		if strings.Contains(lr.Status.Message, " may not ") {
+			// The hub's SubjectAccessReview said no, not a missing policy.
+			err = fmt.Errorf("%w; an administrator grants it by binding the ClusterRole %s to you in that namespace", err, TenantRole)
+		}
+		return err
 	case v1alpha1.LogRequestFailed:
 		return errors.New(lr.Status.Message)
 	}

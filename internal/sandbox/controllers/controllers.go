@@ -1,8 +1,9 @@
 // Package controllers runs trainyard itself on a sandbox fleet: it registers
 // each spoke as a Target with RBAC-limited agent credentials, installs the
-// runtime-pinning webhook and policy on the hub, and runs the hub and one
-// agent per spoke in this process, each stoppable and restartable as a
-// crashed pod would be. Tests, benchmarks and `trainyard dev up` share it.
+// runtime-pinning webhook and, from config/, the admission policies and
+// tenant roles on the hub, and runs the hub and one agent per spoke in this
+// process, each stoppable and restartable as a crashed pod would be.
+// Tests, benchmarks and `trainyard dev up` share it.
 package controllers
 
 import (
@@ -341,7 +342,9 @@ func hubIdentity(ctx context.Context, h *fleet.Cluster) (*rest.Config, error) {
 }
 
 // installWebhook registers the hub's runtime-pinning webhook at a local
-// port with a fresh serving certificate, and the pinned-runtime policy.
+// port with a fresh serving certificate, and installs the admission
+// policies and tenant roles from config/ as an administrator would
+// (installShipped).
 func installWebhook(ctx context.Context, h *fleet.Cluster) (hub.ManagerOptions, error) {
 	port, err := fleet.FreePort()
 	if err != nil {
@@ -353,11 +356,11 @@ func installWebhook(ctx context.Context, h *fleet.Cluster) (hub.ManagerOptions, 
 		return hub.ManagerOptions{}, err
 	}
 	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, snapshot.WebhookPath)
-	policy, binding := snapshot.PinnedRuntimePolicy()
-	for _, obj := range []client.Object{snapshot.WebhookConfiguration(url, ca), policy, binding} {
-		if err := h.Client.Create(ctx, obj); err != nil {
-			return hub.ManagerOptions{}, err
-		}
+	if err := h.Client.Create(ctx, snapshot.WebhookConfiguration(url, ca)); err != nil {
+		return hub.ManagerOptions{}, err
+	}
+	if err := installShipped(ctx, h); err != nil {
+		return hub.ManagerOptions{}, err
 	}
 	return hub.ManagerOptions{WebhookHost: "127.0.0.1", WebhookPort: port, WebhookCertDir: certDir}, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
+	"github.com/trainyard-dev/trainyard/hub/tenantview"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/spoke"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
@@ -66,12 +67,18 @@ func TestChartsOnAPIServer(t *testing.T) {
 		{authzv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Namespace: releaseNS}, true},
 		{authzv1.ResourceAttributes{Resource: "secrets", Verb: "get", Namespace: releaseNS}, false},
 		{authzv1.ResourceAttributes{Group: "kueue.x-k8s.io", Resource: "workloads", Verb: "delete", Namespace: "team-a"}, false},
+		// The admission policies come with the chart; the hub only reads the requester one.
+		{authzv1.ResourceAttributes{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies", Verb: "get", Name: tenantview.RequesterPolicyName}, true},
+		{authzv1.ResourceAttributes{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies", Verb: "create"}, false},
+		{authzv1.ResourceAttributes{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies", Verb: "update", Name: tenantview.RequesterPolicyName}, false},
+		{authzv1.ResourceAttributes{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings", Verb: "update", Name: tenantview.RequesterPolicyName}, false},
 	} {
 		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: hubSA,
 			Groups: []string{"system:serviceaccounts"}, ResourceAttributes: &ra.attrs}}
 		g.Expect(c.Client.Create(ctx, sar)).To(Succeed())
-		g.Expect(sar.Status.Allowed).To(Equal(ra.want), "hub may %s %s in %q", ra.attrs.Verb, ra.attrs.Resource, ra.attrs.Namespace)
+		g.Expect(sar.Status.Allowed).To(Equal(ra.want), "hub may %s %s %s in %q", ra.attrs.Verb, ra.attrs.Resource, ra.attrs.Name, ra.attrs.Namespace)
 	}
+	checkTenantRole(ctx, t, c)
 
 	install(ctx, t, c, agentRelease().render(t))
 	agentUser := "system:serviceaccount:" + releaseNS + ":trainyard-agent-spoke1"
@@ -176,4 +183,39 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 		}
 	}
 	return false
+}
+
+// checkTenantRole binds the chart's tenant role to a user in team-a, as
+// config/samples/30-tenants.yaml does, and asks the API server what the
+// user may do: its TrainJobs, their Workloads and LogRequests in team-a;
+// nothing in team-b, and no Dispatch anywhere.
+func checkTenantRole(ctx context.Context, t *testing.T, c *kube.Cluster) {
+	g := NewWithT(t)
+	g.Expect(c.EnsureNamespace(ctx, "team-a")).To(Succeed())
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: "team-a"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: tenantRole},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "team-a"}}}
+	g.Expect(c.Client.Create(ctx, rb)).To(Succeed())
+	group := v1alpha1.GroupVersion.Group
+	for _, ra := range []struct {
+		attrs authzv1.ResourceAttributes
+		want  bool
+	}{
+		{authzv1.ResourceAttributes{Group: "trainer.kubeflow.org", Resource: "trainjobs", Verb: "create", Namespace: "team-a"}, true},
+		{authzv1.ResourceAttributes{Group: "trainer.kubeflow.org", Resource: "trainjobs", Subresource: "log", Verb: "get", Namespace: "team-a"}, true},
+		{authzv1.ResourceAttributes{Group: "kueue.x-k8s.io", Resource: "workloads", Verb: "list", Namespace: "team-a"}, true},
+		{authzv1.ResourceAttributes{Group: group, Resource: "logrequests", Verb: "create", Namespace: "team-a"}, true},
+		{authzv1.ResourceAttributes{Group: group, Resource: "logrequests", Verb: "update", Namespace: "team-a"}, false},
+		{authzv1.ResourceAttributes{Group: group, Resource: "logrequests", Verb: "create", Namespace: "team-b"}, false},
+		{authzv1.ResourceAttributes{Group: "trainer.kubeflow.org", Resource: "trainjobs", Verb: "get", Namespace: "team-b"}, false},
+		{authzv1.ResourceAttributes{Group: group, Resource: "dispatches", Verb: "get", Namespace: "team-a"}, false},
+		{authzv1.ResourceAttributes{Group: group, Resource: "dispatches", Verb: "list", Namespace: "trainyard-spoke1"}, false},
+		{authzv1.ResourceAttributes{Group: "kueue.x-k8s.io", Resource: "workloads", Verb: "update", Namespace: "team-a"}, false},
+	} {
+		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: "alice",
+			Groups: []string{"team-a", "system:authenticated"}, ResourceAttributes: &ra.attrs}}
+		g.Expect(c.Client.Create(ctx, sar)).To(Succeed())
+		g.Expect(sar.Status.Allowed).To(Equal(ra.want), "a tenant of team-a may %s %s/%s in %q",
+			ra.attrs.Verb, ra.attrs.Resource, ra.attrs.Subresource, ra.attrs.Namespace)
+	}
 }

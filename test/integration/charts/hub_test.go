@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
+	"github.com/trainyard-dev/trainyard/hub/tenantview"
 )
 
 // TestHubChartCopiesAreCurrent fails when the chart's CRDs or its copy of
@@ -61,7 +62,7 @@ func TestHubRBAC(t *testing.T) {
 	if len(generated.Rules) == 0 {
 		t.Fatal("config/rbac/hub/role.yaml has no rules")
 	}
-	role := as[rbacv1.ClusterRole](t, objs.one(t, "ClusterRole"))
+	role := as[rbacv1.ClusterRole](t, objs.named(t, "ClusterRole", "trainyard-hub"))
 	if diff := cmp.Diff(generated.Rules, role.Rules); diff != "" {
 		t.Errorf("ClusterRole rules differ from config/rbac/hub/role.yaml (-generated +chart):\n%s", diff)
 	}
@@ -319,24 +320,46 @@ func certSecretOf(t *testing.T, d *appsv1.Deployment, c *corev1.Container) strin
 
 func ptrTo[T any](v T) *T { return &v }
 
-// TestHubPinnedRuntimePolicy: the chart's policy and binding are the ones
-// hub/snapshot.PinnedRuntimePolicy builds.
-func TestHubPinnedRuntimePolicy(t *testing.T) {
+// TestHubAdmissionPolicies: the chart ships the admission policies and
+// bindings the hub relies on, as hub/snapshot.PinnedRuntimePolicy and
+// hub/tenantview.RequesterPolicy build them (the hub may not install them
+// itself); the pinned-runtime one can be turned off, the requester one,
+// without which the hub answers no LogRequest, cannot.
+func TestHubAdmissionPolicies(t *testing.T) {
 	objs := hubRelease().render(t)
-	wantPolicy, wantBinding := snapshot.PinnedRuntimePolicy()
-	policy := as[admissionregv1.ValidatingAdmissionPolicy](t, objs.one(t, "ValidatingAdmissionPolicy"))
-	binding := as[admissionregv1.ValidatingAdmissionPolicyBinding](t, objs.one(t, "ValidatingAdmissionPolicyBinding"))
-	if policy.Name != wantPolicy.Name || binding.Name != wantBinding.Name {
-		t.Errorf("names %q, %q; want %q, %q", policy.Name, binding.Name, wantPolicy.Name, wantBinding.Name)
+	pinned, pinnedBinding := snapshot.PinnedRuntimePolicy()
+	requester, requesterBinding := tenantview.RequesterPolicy()
+	for _, want := range []struct {
+		policy  *admissionregv1.ValidatingAdmissionPolicy
+		binding *admissionregv1.ValidatingAdmissionPolicyBinding
+		source  string
+	}{{pinned, pinnedBinding, "hub/snapshot"}, {requester, requesterBinding, "hub/tenantview"}} {
+		policy := as[admissionregv1.ValidatingAdmissionPolicy](t, objs.named(t, "ValidatingAdmissionPolicy", want.policy.Name))
+		binding := as[admissionregv1.ValidatingAdmissionPolicyBinding](t, objs.named(t, "ValidatingAdmissionPolicyBinding", want.binding.Name))
+		if diff := cmp.Diff(want.policy.Spec, policy.Spec); diff != "" {
+			t.Errorf("ValidatingAdmissionPolicy %s differs from %s (-%s +chart):\n%s", policy.Name, want.source, want.source, diff)
+		}
+		if diff := cmp.Diff(want.binding.Spec, binding.Spec); diff != "" {
+			t.Errorf("ValidatingAdmissionPolicyBinding %s differs from %s (-%s +chart):\n%s", binding.Name, want.source, want.source, diff)
+		}
 	}
-	if diff := cmp.Diff(wantPolicy.Spec, policy.Spec); diff != "" {
-		t.Errorf("ValidatingAdmissionPolicy differs from hub/snapshot (-snapshot +chart):\n%s", diff)
+	if n := len(objs.ofKind("ValidatingAdmissionPolicy")); n != 2 {
+		t.Errorf("the chart renders %d ValidatingAdmissionPolicies, want 2: %v", n, objs.ofKind("ValidatingAdmissionPolicy").keys())
 	}
-	if diff := cmp.Diff(wantBinding.Spec, binding.Spec); diff != "" {
-		t.Errorf("ValidatingAdmissionPolicyBinding differs from hub/snapshot (-snapshot +chart):\n%s", diff)
+	off := hubRelease("--set", "pinnedRuntimePolicy.enabled=false").render(t)
+	if got := off.ofKind("ValidatingAdmissionPolicy"); len(got) != 1 || got[0].GetName() != tenantview.RequesterPolicyName {
+		t.Errorf("pinnedRuntimePolicy.enabled=false renders policies %v, want only %s", got.keys(), tenantview.RequesterPolicyName)
 	}
-	if off := hubRelease("--set", "pinnedRuntimePolicy.enabled=false").render(t); len(off.ofKind("ValidatingAdmissionPolicy")) != 0 {
-		t.Error("pinnedRuntimePolicy.enabled=false still renders the policy")
+	// The hub reads the requester policy and may write no policy at all.
+	var role rbacv1.ClusterRole
+	readYAML(t, "config/rbac/hub/role.yaml", &role)
+	for _, r := range role.Rules {
+		if !slices.Contains(r.APIGroups, "admissionregistration.k8s.io") {
+			continue
+		}
+		if !slices.Equal(r.Verbs, []string{"get"}) || !slices.Equal(r.ResourceNames, []string{tenantview.RequesterPolicyName}) {
+			t.Errorf("the hub role grants %v on %v (names %v), want only get of %s", r.Verbs, r.Resources, r.ResourceNames, tenantview.RequesterPolicyName)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"path/filepath"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -16,6 +17,8 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	hubpkg "github.com/trainyard-dev/trainyard/hub"
 	"github.com/trainyard-dev/trainyard/hub/tenantview"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/util"
 )
 
 // relayAnswerTimeout is how long the suite's relay waits for an agent
@@ -23,15 +26,22 @@ import (
 const relayAnswerTimeout = 5 * time.Second
 
 // startRelay runs the hub's LogRequest relay against the suite's API server
-// and installs the requester policy, as the hub chart does. The relay acts
-// as cluster admin here; the dispatch suite checks the hub's own role.
+// and installs the requester policy from config/hub, as an administrator
+// does (the hub chart renders the same). The relay acts as cluster admin
+// here; the dispatch suite checks the hub's own role.
 func startRelay(ctx context.Context) error {
-	policy, binding := tenantview.RequesterPolicy()
-	if err := hub.Client.Create(ctx, policy); err != nil {
+	root, err := kube.RepoRoot()
+	if err != nil {
 		return err
 	}
-	if err := hub.Client.Create(ctx, binding); err != nil {
+	objs, err := util.ReadManifests(filepath.Join(root, "config", "hub", "logrequest_requester_policy.yaml"))
+	if err != nil {
 		return err
+	}
+	for _, o := range objs {
+		if err := hub.Client.Create(ctx, o); err != nil {
+			return err
+		}
 	}
 	mgr, err := ctrl.NewManager(hub.Config, ctrl.Options{Scheme: hubpkg.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {

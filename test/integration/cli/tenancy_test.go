@@ -12,6 +12,7 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,9 +25,10 @@ import (
 )
 
 // Tenants: alice (group team-a) may use namespace team-a, bob (group
-// team-b) namespace team-b, through the RoleBindings of the tenant
-// ClusterRole in config/samples/30-tenants.yaml, which names no Dispatch:
-// tenants never reach the agents' namespaces.
+// team-b) namespace team-b, through the RoleBindings in
+// config/samples/30-tenants.yaml of the tenant ClusterRole the hub chart
+// ships (config/rbac/tenant), which names no Dispatch: tenants never reach
+// the agents' namespaces.
 type tenant struct{ user, group, ns string }
 
 var (
@@ -34,21 +36,25 @@ var (
 	bob   = tenant{"bob", "team-b", "team-b"}
 )
 
-// grant applies the sample tenant RBAC (once per suite) after checking
-// the role grants nothing on Dispatches.
+// grant applies the shipped tenant roles and the sample bindings (once per
+// suite) after checking the roles grant nothing on Dispatches.
 func grant(t *testing.T, _ tenant) {
 	t.Helper()
 	root, err := kube.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := util.ReadManifests(filepath.Join(root, "config", "samples", "30-tenants.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	var objs []*unstructured.Unstructured
+	for _, f := range []string{"config/rbac/tenant/role.yaml", "config/samples/30-tenants.yaml"} {
+		some, err := util.ReadManifests(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, some...)
 	}
 	for _, o := range objs {
 		if o.GetKind() == "ClusterRole" && strings.Contains(fmt.Sprint(o.Object["rules"]), "dispatches") {
-			t.Fatalf("the sample tenant role grants Dispatches: %v", o.Object["rules"])
+			t.Fatalf("the tenant role grants Dispatches: %v", o.Object["rules"])
 		}
 		if err := hub.Client.Create(context.Background(), o); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -135,7 +141,8 @@ func TestTenantCannotReadAnotherTenantsLogs(t *testing.T) {
 	if err := c.Create(ctx, lr); !apierrors.IsForbidden(err) {
 		t.Errorf("bob creates a LogRequest in team-a: %v, want forbidden", err)
 	}
-	if r := runCLIAs(t, bob, "logs", "llama", "-n", "team-a"); r.code != 1 || !strings.Contains(r.errOut, "forbidden") || r.out != "" {
+	if r := runCLIAs(t, bob, "logs", "llama", "-n", "team-a"); r.code != 1 || !strings.Contains(r.errOut, "forbidden") ||
+		!strings.Contains(r.errOut, "you may not read trainjob llama in namespace team-a") || !strings.Contains(r.errOut, "ClusterRole trainyard-tenant") || r.out != "" {
 		t.Errorf("logs llama -n team-a as bob = %d, %q, %q; want refused", r.code, r.out, r.errOut)
 	}
 
@@ -223,7 +230,8 @@ func TestTenantDescribeShowsTheHubsSummary(t *testing.T) {
 		t.Errorf("describe as alice warns about Dispatches: %q", r.errOut)
 	}
 	// Without rights on the job, a plain refusal.
-	if r := runCLIAs(t, bob, "describe", "llama", "-n", "team-a"); r.code != 1 || !strings.Contains(r.errOut, "forbidden") {
+	if r := runCLIAs(t, bob, "describe", "llama", "-n", "team-a"); r.code != 1 || !strings.Contains(r.errOut, "forbidden") ||
+		!strings.Contains(r.errOut, "ClusterRole trainyard-tenant-view") {
 		t.Errorf("describe llama -n team-a as bob = %d, %q", r.code, r.errOut)
 	}
 }
