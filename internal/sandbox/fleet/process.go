@@ -44,8 +44,15 @@ func startProcess(dir, name, bin string, args ...string) (*Process, error) {
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()
+		unguard(cmd.Process.Pid)
 		close(p.done)
 	}()
+	// The scan also finds envtest's kube-apiserver and etcd, started
+	// before a cluster's first component.
+	if err := guardChildren(); err != nil {
+		p.Stop(5 * time.Second)
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -1,0 +1,157 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"github.com/kubeflow/trainer/v2/pkg/constants"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/kubework"
+	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
+	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
+	"github.com/trainyard-dev/trainyard/internal/sandbox/slurm"
+)
+
+const (
+	// sampleSpokeNamespace prefixes each tenant's namespace on the spokes.
+	sampleSpokeNamespace = "jobs"
+	cacheInitializerSA   = "kubeflow-trainer-cache-initializer"
+	// SampleNamespace and SampleQueue are where the samples are queued.
+	SampleNamespace = "team-a"
+	SampleQueue     = "lq"
+	sampleFlavor    = "gpu"
+	// sampleRuntime is not named like any of Kubeflow's runtimes, so
+	// applying those to the sandbox hub leaves the samples' own alone.
+	sampleRuntime = "sandbox-torch"
+	queueLabel    = "kueue.x-k8s.io/queue-name"
+)
+
+// startTrainyard sets up a sample quota (a ClusterQueue with trainyard's
+// admission check), a torch runtime, and runs the hub and one agent per
+// spoke and for the Slurm cluster in this process. The Slurm target "hpc" serves the same flavor from its gpu
+// partition, running team-a's jobs as the Unix user alice.
+func startTrainyard(ctx context.Context, f *fleet.Fleet, sl *slurm.Cluster, o Options) (*controllers.Controllers, error) {
+	gpus := int64(o.Spokes*o.Nodes) * o.GPUsPerNode
+	if sl != nil {
+		gpus += slurmGPUs
+	}
+	if err := controllers.SetUpQueue(ctx, f.Hub, controllers.Queue{
+		ClusterQueue: "team-a", Namespace: SampleNamespace, LocalQueue: SampleQueue, Flavor: sampleFlavor, GPUs: fmt.Sprint(gpus),
+	}); err != nil {
+		return nil, err
+	}
+	if err := f.Hub.Client.Create(ctx, sampleClusterRuntime()); err != nil {
+		return nil, err
+	}
+	opts := controllers.Options{
+		Flavor: sampleFlavor, TopologyLevels: []string{"topology.kubernetes.io/rack"},
+		HeartbeatInterval: 2 * time.Second, SpokeNamespace: sampleSpokeNamespace,
+		// Kubeflow's data-cache runtime runs its initializer as this
+		// account; the sandbox allows it and creates it, as a site using
+		// the cache would.
+		AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{cacheInitializerSA}},
+	}
+	for _, s := range f.Spokes {
+		ns := kubework.TenantNamespace(sampleSpokeNamespace, SampleNamespace)
+		if err := s.EnsureNamespace(ctx, ns); err != nil {
+			return nil, err
+		}
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: cacheInitializerSA, Namespace: ns}}
+		if err := s.Client.Create(ctx, sa); client.IgnoreAlreadyExists(err) != nil {
+			return nil, err
+		}
+	}
+	if sl != nil {
+		opts.Slurm = []controllers.SlurmTarget{{Name: "hpc", Cluster: sl, APIVersion: "v0.0.42",
+			Accounts: []v1alpha1.SlurmAccount{{Namespace: SampleNamespace, User: "alice"}}}}
+	}
+	return controllers.Start(ctx, f, opts)
+}
+
+// slurmGPUs are the GPUs of the sandbox Slurm cluster's gpu partition.
+const slurmGPUs = 16
+
+// sampleClusterRuntime is a torch runtime in the shape of Trainer's own
+// torch-distributed one, whose pods kwok runs for 45 seconds. No toleration
+// and no node selector: spoke nodes carry no taint, so runtimes as Kubeflow
+// ships them run there too.
+func sampleClusterRuntime() *trainer.ClusterTrainingRuntime {
+	return &trainer.ClusterTrainingRuntime{
+		ObjectMeta: metav1.ObjectMeta{Name: sampleRuntime},
+		Spec: trainer.TrainingRuntimeSpec{
+			MLPolicy: &trainer.MLPolicy{
+				NumNodes:       ptr.To[int32](1),
+				MLPolicySource: trainer.MLPolicySource{Torch: &trainer.TorchMLPolicySource{}},
+			},
+			Template: trainer.JobSetTemplateSpec{Spec: jobsetv1alpha2.JobSetSpec{
+				ReplicatedJobs: []jobsetv1alpha2.ReplicatedJob{{
+					Name:     constants.Node,
+					Replicas: 1,
+					Template: batchv1.JobTemplateSpec{
+						ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{constants.LabelTrainJobAncestor: constants.AncestorTrainer}},
+						Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+							ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"kwok.trainyard.dev/run-for": "45s"}},
+							Spec: corev1.PodSpec{
+								RestartPolicy: corev1.RestartPolicyNever,
+								Containers: []corev1.Container{{
+									Name:    constants.Node,
+									Image:   "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
+									Command: []string{"torchrun", "train.py"},
+								}},
+							},
+						}},
+					},
+				}},
+			}},
+		},
+	}
+}
+
+// sampleProgram is what sample jobs run: kwok ignores it on the spokes; on
+// Slurm it prints the torch wiring it got and works for 45 seconds.
+const sampleProgram = `import os, time
+print("node rank", os.environ["PET_NODE_RANK"], "of", os.environ["PET_NNODES"], "master", os.environ["PET_MASTER_ADDR"], flush=True)
+time.sleep(45)
+`
+
+// sampleTrainJob is a two-node TrainJob of 4 GPUs per node.
+func sampleTrainJob(name string) *trainer.TrainJob {
+	gpus := *resource.NewQuantity(4, resource.DecimalSI)
+	return &trainer.TrainJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: SampleNamespace, Labels: map[string]string{queueLabel: SampleQueue}},
+		Spec: trainer.TrainJobSpec{
+			RuntimeRef: trainer.RuntimeRef{
+				Name: sampleRuntime, APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.ClusterTrainingRuntimeKind),
+			},
+			Trainer: &trainer.Trainer{
+				NumNodes: ptr.To[int32](2),
+				ResourcesPerNode: &corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{fleet.GPUResource: gpus},
+					Limits:   corev1.ResourceList{fleet.GPUResource: gpus},
+				},
+				Command: []string{"python3", "-c", sampleProgram},
+			},
+		},
+	}
+}
+
+// submitSamples submits n sample TrainJobs.
+func submitSamples(ctx context.Context, f *fleet.Fleet, n int) error {
+	for i := 0; i < n; i++ {
+		tj := sampleTrainJob(fmt.Sprintf("sample-%d", i))
+		if err := f.Hub.Client.Create(ctx, tj); err != nil {
+			return fmt.Errorf("submit %s: %w", tj.Name, err)
+		}
+	}
+	return nil
+}

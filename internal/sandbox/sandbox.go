@@ -1,0 +1,195 @@
+// Package sandbox is trainyard's local sandbox, the product behind
+// `trainyard dev up`: a hub control plane with Kueue, kwok GPU spokes and
+// a Slurm cluster (the runners in fleet, slurm and controllers), trainyard's
+// hub and agents, a sample queue and sample TrainJobs. The integration
+// tests run on the same runners through test/harness.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
+	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
+	"github.com/trainyard-dev/trainyard/internal/sandbox/slurm"
+)
+
+// KueueVersion is the Kueue release the sandbox hub runs.
+const KueueVersion = "v0.19.0"
+
+// Options size the sandbox.
+type Options struct {
+	// Dir holds kubeconfigs and component logs; Start empties it of a
+	// previous sandbox's.
+	Dir string
+	// Spokes is the number of spoke clusters.
+	Spokes int
+	// NoSlurm leaves the Slurm cluster out.
+	NoSlurm bool
+	// Nodes is the number of kwok GPU nodes per spoke, GPUsPerNode their size.
+	Nodes       int
+	GPUsPerNode int64
+	// Samples is the number of sample TrainJobs (2 nodes x 4 GPUs).
+	Samples int
+	// Progress receives one line per start-up step (may be nil).
+	Progress func(line string)
+}
+
+// Validate returns an error naming the first bad option.
+func (o Options) Validate() error {
+	switch {
+	case o.Dir == "":
+		return errors.New("the sandbox needs a folder")
+	case o.Spokes < 0:
+		return fmt.Errorf("spokes must not be negative, got %d", o.Spokes)
+	case o.Spokes == 0 && o.NoSlurm:
+		return errors.New("a sandbox without spokes needs Slurm")
+	case o.Nodes < 1 && o.Spokes > 0:
+		return fmt.Errorf("nodes per spoke must be at least 1, got %d", o.Nodes)
+	case o.GPUsPerNode < 1:
+		return fmt.Errorf("GPUs per node must be at least 1, got %d", o.GPUsPerNode)
+	case o.Samples < 0:
+		return fmt.Errorf("samples must not be negative, got %d", o.Samples)
+	}
+	return nil
+}
+
+// Sandbox is a running sandbox. Stop it once.
+type Sandbox struct {
+	Fleet       *fleet.Fleet
+	Slurm       *slurm.Cluster
+	Controllers *controllers.Controllers
+	// Ready is how long the start took.
+	Ready   time.Duration
+	opts    Options
+	logFile *os.File
+}
+
+// Start empties o.Dir and starts the sandbox; on error, or when ctx ends
+// during the start, whatever started is stopped again.
+func Start(ctx context.Context, o Options) (s *Sandbox, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	progress := func(format string, args ...any) {
+		if o.Progress != nil {
+			o.Progress(fmt.Sprintf(format, args...))
+		}
+	}
+	if err := clean(o.Dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	// The control planes' installers and the controllers log through
+	// controller-runtime: to the sandbox's folder, never to the terminal.
+	logFile, err := os.Create(filepath.Join(o.Dir, "trainyard.log"))
+	if err != nil {
+		return nil, err
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logFile)))
+	t0 := time.Now()
+	s = &Sandbox{opts: o, logFile: logFile}
+	defer func() {
+		if err != nil {
+			s.Stop()
+			s = nil
+		}
+	}()
+	progress("starting hub and %d spokes (logs in %s) ...", o.Spokes, o.Dir)
+	if s.Fleet, err = fleet.StartFleet(ctx, fleet.FleetOptions{Spokes: o.Spokes, HubOnly: o.Spokes == 0, Dir: o.Dir}); err != nil {
+		return s, err
+	}
+	for _, c := range s.Fleet.Spokes {
+		var nodes []fleet.NodeSpec
+		for i := 0; i < o.Nodes; i++ {
+			nodes = append(nodes, fleet.NodeSpec{
+				Name: fmt.Sprintf("%s-gpu-%d", c.Name, i), GPUs: o.GPUsPerNode,
+				Labels: map[string]string{"topology.kubernetes.io/rack": fmt.Sprintf("rack-%d", i/2)},
+			})
+		}
+		if err = c.AddKwokNodes(ctx, nodes...); err != nil {
+			return s, err
+		}
+	}
+	if !o.NoSlurm {
+		progress("starting Slurm ...")
+		if s.Slurm, err = slurm.Start(ctx, slurm.Options{}); err != nil {
+			return s, fmt.Errorf("slurm: %w (use --no-slurm to go without)", err)
+		}
+	}
+	if err = ctx.Err(); err != nil {
+		return s, err
+	}
+	progress("starting the hub and the agents ...")
+	if s.Controllers, err = startTrainyard(ctx, s.Fleet, s.Slurm, o); err != nil {
+		return s, err
+	}
+	if err = submitSamples(ctx, s.Fleet, o.Samples); err != nil {
+		return s, err
+	}
+	s.Ready = time.Since(t0)
+	return s, nil
+}
+
+// Stop stops the controllers, Slurm and the fleet, and waits for them;
+// progress lines go where Options.Progress says.
+func (s *Sandbox) Stop() {
+	progress := func(line string) {
+		if s.opts.Progress != nil {
+			s.opts.Progress(line)
+		}
+	}
+	if s.Controllers != nil {
+		progress("stopping the hub and the agents ...")
+		s.Controllers.Stop()
+	}
+	if s.Slurm != nil {
+		progress("stopping Slurm ...")
+		_ = s.Slurm.Stop()
+	}
+	if s.Fleet != nil {
+		progress("stopping the fleet ...")
+		_ = s.Fleet.Stop()
+	}
+	_ = s.logFile.Close()
+}
+
+// Access is how to reach one cluster of the sandbox.
+type Access struct {
+	Cluster string
+	Role    string
+	// Access is a KUBECONFIG=... setting or the slurmrestd URL.
+	Access string
+}
+
+// Access lists the sandbox's clusters and how to reach them.
+func (s *Sandbox) Access() []Access {
+	out := []Access{{s.Fleet.Hub.Name, fmt.Sprintf("hub (Kueue %s)", KueueVersion), "KUBECONFIG=" + s.Fleet.Hub.Kubeconfig}}
+	for _, c := range s.Fleet.Spokes {
+		out = append(out, Access{c.Name, fmt.Sprintf("spoke (%d kwok nodes x %d GPUs)", s.opts.Nodes, s.opts.GPUsPerNode),
+			"KUBECONFIG=" + c.Kubeconfig})
+	}
+	if s.Slurm != nil {
+		out = append(out, Access{"slurm", "Slurm 24.11 (slurmrestd)", fmt.Sprintf("%s (chroot %s)", s.Slurm.URL, s.Slurm.Root)})
+	}
+	return out
+}
+
+// Dispatches lists the hub's Dispatches.
+func (s *Sandbox) Dispatches(ctx context.Context) ([]v1alpha1.Dispatch, error) {
+	var list v1alpha1.DispatchList
+	if err := s.Fleet.Hub.Client.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
