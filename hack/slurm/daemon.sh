@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# daemon.sh ROOT stop|start slurmctld|slurmrestd -- stop or start one daemon of a running
-# harness cluster, to rehearse an outage. slurmctld is stopped with TERM, so it saves its
-# state, and started without clearing it, so it recovers the jobs it had.
+# daemon.sh ROOT stop|start slurmctld|slurmrestd|slurmdbd -- stop or start one daemon of a
+# running harness cluster, to rehearse an outage. slurmctld is stopped with TERM, so it
+# saves its state, and started without clearing it, so it recovers the jobs it had.
+# slurmdbd is stopped alone (MariaDB keeps running): slurmctld queues its records for
+# slurmdbd meanwhile and sends them once it is back.
 set -euo pipefail
-R=${1:?usage: daemon.sh ROOT stop|start slurmctld|slurmrestd}
+R=${1:?usage: daemon.sh ROOT stop|start slurmctld|slurmrestd|slurmdbd}
 R=$(realpath "$R")
 ACTION=${2:?}
 DAEMON=${3:?}
 REST_ADDR=127.0.0.1:6820
+# shellcheck source=/dev/null
+[ ! -f "$R/etc/slurm/harness.env" ] || . "$R/etc/slurm/harness.env"
 c() { chroot "$R" "$@"; }
 
 # pid_of NAME: the chroot's process with that command name.
@@ -29,7 +33,7 @@ waitfor() {
 gone() { [ -z "$(pid_of "$DAEMON")" ]; }
 
 case "$ACTION/$DAEMON" in
-  stop/slurmctld|stop/slurmrestd)
+  stop/slurmctld|stop/slurmrestd|stop/slurmdbd)
     pids=$(pid_of "$DAEMON")
     [ -z "$pids" ] || kill -TERM $pids
     waitfor 15 gone
@@ -38,6 +42,11 @@ case "$ACTION/$DAEMON" in
     gone || { echo "daemon.sh: slurmctld runs already" >&2; exit 1; }
     c /usr/sbin/slurmctld </dev/null >/dev/null 2>&1
     waitfor 30 sh -c "chroot '$R' scontrol ping | grep -q UP"
+    ;;
+  start/slurmdbd)
+    gone || { echo "daemon.sh: slurmdbd runs already" >&2; exit 1; }
+    c /usr/sbin/slurmdbd </dev/null >/dev/null 2>&1
+    waitfor 60 sh -c "chroot '$R' sacctmgr -n list cluster"
     ;;
   start/slurmrestd)
     gone || { echo "daemon.sh: slurmrestd runs already" >&2; exit 1; }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # start.sh ROOT -- start the single-host Slurm cluster in the chroot ROOT (configured by
 # configure.sh): munged, MariaDB and slurmdbd (accounting), slurmctld, one slurmd per
-# emulated node, slurmrestd on 127.0.0.1:6820 with the slurmctld and slurmdbd APIs. Returns once every node is idle and slurmrestd answers an authenticated
-# ping; on a timeout it prints the relevant log tails, stops everything and exits 1.
+# emulated node, slurmrestd with the slurmctld and slurmdbd APIs on 127.0.0.1:6820 (or the
+# address configure.sh wrote to /etc/slurm/harness.env for a further cluster). Returns once
+# every node is idle and slurmrestd answers an authenticated ping; on a timeout it prints
+# the relevant log tails, stops everything and exits 1.
 #
 # Any previous instance (also a half-started one) is stopped first, and slurmctld's saved
 # state and the accounting database are wiped, so every start begins with an empty queue,
@@ -15,7 +17,10 @@ R=$(realpath "$R")
 HERE=$(cd "$(dirname "$0")" && pwd)
 NODES=(n1 n2 n3 n4)
 TIMEOUT=${SLURM_START_TIMEOUT:-120}
+CLUSTER_NAME=trainyard
 REST_ADDR=127.0.0.1:6820
+# shellcheck source=/dev/null
+[ ! -f "$R/etc/slurm/harness.env" ] || . "$R/etc/slurm/harness.env"
 LOG=$R/var/log/slurm
 t0=$(date +%s.%N)
 elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1fs", b - a}'; }
@@ -77,7 +82,7 @@ c mariadb --socket=/run/mysqld/mysqld.sock -e "DROP DATABASE IF EXISTS slurm_acc
   GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" || fail "mariadb: cannot prepare slurm_acct_db"
 c /usr/sbin/slurmdbd </dev/null >/dev/null 2>&1 || fail "slurmdbd did not start"
 waitfor 60 slurmdbd sh -c "chroot '$R' sacctmgr -n list cluster"
-c sacctmgr -i -Q add cluster trainyard >/dev/null || fail "sacctmgr add cluster"
+c sacctmgr -i -Q add cluster "$CLUSTER_NAME" >/dev/null || fail "sacctmgr add cluster"
 
 c /usr/sbin/slurmctld </dev/null >/dev/null 2>&1 || fail "slurmctld did not start"
 waitfor 30 slurmctld sh -c "chroot '$R' scontrol ping | grep -q UP"

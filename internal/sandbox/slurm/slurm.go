@@ -1,5 +1,6 @@
 // Package slurm runs a real single-host Slurm 24.11 cluster (4 emulated GPU nodes plus
-// slurmrestd) for integration tests and local sandboxes.
+// slurmrestd) for integration tests and local sandboxes, and further ones beside it
+// (Options.Instance), each in a clone of the chroot with ports of its own.
 //
 // The cluster lives in a Debian trixie chroot built by hack/slurm/build-root.sh, because
 // the host's Debian 12 ships a Slurm too old for the REST API versions trainyard speaks.
@@ -27,8 +28,18 @@ import (
 	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
 )
 
-// DefaultURL is where start.sh binds slurmrestd; the chroot shares the host network.
+// DefaultURL is where start.sh binds the first cluster's slurmrestd; the chroot shares
+// the host network.
 const DefaultURL = "http://127.0.0.1:6820"
+
+// MaxInstance is the highest Options.Instance.
+const MaxInstance = 9
+
+// Ports of instance 0; instance n adds portStride·n to each (configure.sh's PORT_OFFSET).
+const (
+	restPort   = 6820
+	portStride = 10
+)
 
 // Options tune Start. The zero value is a 4-node cluster with tree topology.
 type Options struct {
@@ -45,6 +56,14 @@ type Options struct {
 	MinJobAge time.Duration
 	// Log receives the scripts' output (default os.Stderr).
 	Log io.Writer
+	// Instance picks which of the machine's harness clusters to run. 0
+	// (default) runs in the chroot itself as ClusterName "trainyard", its
+	// slurmrestd at DefaultURL. n in 1..MaxInstance runs in a clone of the
+	// chroot (hack/slurm/clone-root.sh: /usr hard-linked, its own keys,
+	// state, MariaDB and slurmdbd) as "trainyard<n>", every port moved up
+	// by 10·n (slurmrestd 6820+10n). Each instance has a lock of its own,
+	// so instances run side by side.
+	Instance int
 }
 
 // Cluster is a running cluster. Stop it exactly once; it is also stopped when the
@@ -54,6 +73,8 @@ type Cluster struct {
 	Root string
 	// URL is the slurmrestd base URL.
 	URL string
+	// Name is the cluster's ClusterName.
+	Name string
 
 	repo   string
 	log    io.Writer
@@ -87,11 +108,15 @@ func FindRoot(explicit string) (string, error) {
 }
 
 // Start configures and starts the cluster and returns once all nodes are idle and
-// slurmrestd answers. Only one cluster can run per machine (fixed ports), so Start waits
-// for a machine-wide lock that the previous owner's Stop, or its death, releases.
+// slurmrestd answers. One cluster of an instance can run per machine (fixed ports), so
+// Start waits for the instance's machine-wide lock that the previous owner's Stop, or
+// its death, releases.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("slurm harness: must run as root (chroot and mount)")
+	}
+	if opts.Instance < 0 || opts.Instance > MaxInstance {
+		return nil, fmt.Errorf("slurm harness: Instance must be 0..%d, got %d", MaxInstance, opts.Instance)
 	}
 	root, err := FindRoot(opts.Root)
 	if err != nil {
@@ -101,18 +126,31 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Root: root, URL: DefaultURL, repo: repo, log: opts.Log}
+	offset := portStride * opts.Instance
+	c := &Cluster{Root: root, URL: fmt.Sprintf("http://127.0.0.1:%d", restPort+offset), Name: "trainyard", repo: repo, log: opts.Log}
 	if c.log == nil {
 		c.log = os.Stderr
 	}
-	if c.lock, err = acquireLock(ctx, filepath.Join(filepath.Dir(root), "cluster.lock")); err != nil {
+	lockName := "cluster.lock"
+	if opts.Instance > 0 {
+		c.Name += strconv.Itoa(opts.Instance)
+		lockName = fmt.Sprintf("cluster-%d.lock", opts.Instance)
+	}
+	if c.lock, err = acquireLock(ctx, filepath.Join(filepath.Dir(root), lockName), c.log); err != nil {
 		return nil, err
+	}
+	if opts.Instance > 0 {
+		// Under the instance's lock: no other process makes this clone meanwhile.
+		if c.Root, err = c.clone(ctx, "c"+strconv.Itoa(opts.Instance)); err != nil {
+			c.lock.Close()
+			return nil, err
+		}
 	}
 	if c.reaper, err = c.startReaper(); err != nil {
 		c.lock.Close()
 		return nil, err
 	}
-	env := []string{"TOPO=" + opts.Topology}
+	env := []string{"TOPO=" + opts.Topology, "CLUSTER_NAME=" + c.Name, "PORT_OFFSET=" + strconv.Itoa(offset)}
 	if opts.Topology == "" {
 		env[0] = "TOPO=tree"
 	}
@@ -138,6 +176,12 @@ func (c *Cluster) script(ctx context.Context, name string, env ...string) error 
 }
 
 func (c *Cluster) scriptArgs(ctx context.Context, name string, args []string, env ...string) error {
+	_, err := c.run(ctx, name, args, env...)
+	return err
+}
+
+// run runs a script as scriptArgs does and returns the tail of its output.
+func (c *Cluster) run(ctx context.Context, name string, args []string, env ...string) (string, error) {
 	var tail tailBuffer
 	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(c.repo, "hack", "slurm", name), c.Root}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
@@ -145,9 +189,24 @@ func (c *Cluster) scriptArgs(ctx context.Context, name string, args []string, en
 	cmd.Stderr = cmd.Stdout
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("slurm harness: %s: %w\n%s", name, err, tail.String())
+		return "", fmt.Errorf("slurm harness: %s: %w\n%s", name, err, tail.String())
 	}
-	return nil
+	return tail.String(), nil
+}
+
+// clone makes (or reuses) the chroot clone NAME of c.Root with clone-root.sh, which
+// prints its path last.
+func (c *Cluster) clone(ctx context.Context, name string) (string, error) {
+	out, err := c.run(ctx, "clone-root.sh", []string{name})
+	if err != nil {
+		return "", err
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	dir := strings.TrimSpace(lines[len(lines)-1])
+	if _, err := os.Stat(filepath.Join(dir, "usr", "sbin", "slurmrestd")); err != nil {
+		return "", fmt.Errorf("slurm harness: clone-root.sh made no chroot at %q: %w", dir, err)
+	}
+	return dir, nil
 }
 
 // startReaper starts a detached shell that runs stop.sh once our end of its stdin closes
@@ -189,9 +248,9 @@ func (c *Cluster) Stop() error {
 	return c.err
 }
 
-// StopDaemon stops "slurmctld" or "slurmrestd" of the running cluster, as
-// an outage would; StartDaemon brings it back (slurmctld with its saved
-// state, so it still knows its jobs).
+// StopDaemon stops "slurmctld", "slurmrestd" or "slurmdbd" of the running
+// cluster, as an outage would; StartDaemon brings it back (slurmctld with
+// its saved state, so it still knows its jobs).
 func (c *Cluster) StopDaemon(ctx context.Context, name string) error {
 	return c.scriptArgs(ctx, "daemon.sh", []string{"stop", name})
 }
@@ -256,19 +315,28 @@ func (c *Cluster) Path(p string) string { return filepath.Join(c.Root, p) }
 
 // acquireLock takes an exclusive flock, polling so that ctx can cancel the wait. The
 // kernel drops it when the process dies, so a crashed run never blocks the next one.
-func acquireLock(ctx context.Context, path string) (*os.File, error) {
+// It says once on log that it waits.
+func acquireLock(ctx context.Context, path string, log io.Writer) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
+	waited, said := time.Now(), false
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
+			if d := time.Since(waited); d > time.Second {
+				fmt.Fprintf(log, "[slurm] got %s after %v\n", path, d.Round(time.Second))
+			}
 			return f, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
 			f.Close()
 			return nil, fmt.Errorf("slurm harness: lock %s: %w", path, err)
+		}
+		if !said {
+			fmt.Fprintf(log, "[slurm] waiting for %s: another process runs this cluster instance\n", path)
+			said = true
 		}
 		select {
 		case <-ctx.Done():
