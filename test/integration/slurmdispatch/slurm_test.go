@@ -53,17 +53,7 @@ func trainJob(name, runtime string, nodes int32, gpus int64, argv ...string) *tr
 func submit(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	t.Helper()
 	ctx := context.Background()
-	// Kueue's TrainJob webhook reads runtimes from its own cache, which may
-	// not hold the pinned copy trainyard's webhook has just made (see the
-	// README's known limits); a client retries, as kubectl users would.
-	NewWithT(t).Eventually(func() error {
-		err := env.fleet.Hub.Client.Create(ctx, tj.DeepCopy())
-		if err != nil && !strings.Contains(err.Error(), "not found") {
-			return StopTrying("create TrainJob").Wrap(err)
-		}
-		return err
-	}, 10*time.Second, 500*time.Millisecond).Should(Succeed())
-	NewWithT(t).Expect(env.fleet.Hub.Client.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
+	util.CreateTrainJob(NewWithT(t), env.fleet.Hub.Client, tj)
 	t.Cleanup(func() {
 		_ = env.fleet.Hub.Client.Delete(ctx, tj, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		NewWithT(t).Eventually(func(g Gomega) {
