@@ -137,6 +137,12 @@ func Start(ctx context.Context, o Options) (s *Sandbox, err error) {
 	if err = submitSamples(ctx, s.Fleet, o.Samples); err != nil {
 		return s, err
 	}
+	if s.Slurm != nil && o.Samples > 0 {
+		if err = s.Fleet.Hub.Client.Create(ctx, torchSample()); err != nil {
+			return s, fmt.Errorf("submit %s: %w", TorchSample, err)
+		}
+		progress("submitted %s to queue %s/%s: real PyTorch (torchrun, gloo all-reduce) on the Slurm target hpc", TorchSample, SampleNamespace, SlurmQueue)
+	}
 	s.Ready = time.Since(t0)
 	return s, nil
 }
@@ -160,6 +166,9 @@ func (s *Sandbox) Stop() {
 	if s.Fleet != nil {
 		progress("stopping the fleet ...")
 		_ = s.Fleet.Stop()
+	}
+	if err := fleet.StopStrays(10 * time.Second); err != nil {
+		progress(err.Error())
 	}
 	_ = s.logFile.Close()
 }

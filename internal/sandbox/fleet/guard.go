@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // The guard kills this process's control planes and components when the
@@ -131,4 +132,51 @@ func toolBinaries() (map[string]bool, error) {
 		}
 	}
 	return ours, nil
+}
+
+// StopStrays kills what is left of this process's children that run a
+// binary of the tool folder, with their process groups, and waits until
+// they have exited. envtest leaves a kube-apiserver that failed to become
+// ready running when it gives up; a sandbox calls this after stopping its
+// clusters, so that nothing outlives it.
+func StopStrays(timeout time.Duration) error {
+	ours, err := toolBinaries()
+	if err != nil {
+		return err
+	}
+	self := os.Getpid()
+	var strays []int
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || parentOf(pid) != self {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && ours[exe] {
+			strays = append(strays, pid)
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for _, pid := range strays {
+		for running(pid) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("process %d did not exit after SIGKILL", pid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// running reports whether pid has not exited (a zombie has).
+func running(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
