@@ -70,10 +70,6 @@ type Cluster struct {
 // started is stopped again.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	reapOrphans()
-	if opts.JobSet && opts.Kueue {
-		// envtest serves one webhook endpoint per API server.
-		return nil, errors.New("a harness cluster runs JobSet or Kueue webhooks, not both")
-	}
 	if opts.LWS && !opts.JobSet {
 		return nil, errors.New("a harness cluster runs LWS beside JobSet, whose webhook certificates it uses")
 	}
@@ -102,11 +98,13 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	var hooks *webhookSet
+	// envtest serves one webhook endpoint per API server: Kueue's where
+	// Kueue runs (JobSet's then get a port of their own), else JobSet's.
 	switch {
-	case opts.JobSet:
-		hooks, err = jobSetWebhooks()
 	case opts.Kueue:
 		hooks, err = kueueHubWebhooks()
+	case opts.JobSet:
+		hooks, err = jobSetWebhooks()
 	}
 	if err != nil {
 		return nil, err
@@ -158,7 +156,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		{opts.Scheduler, c.startScheduler},
 		{opts.Storage, c.startStorage},
 		{opts.Kwok, c.startKwok},
-		{opts.JobSet, c.startJobSet},
+		{opts.JobSet, func(ctx context.Context) error { return c.startJobSet(ctx, opts.Kueue) }},
 		{opts.LWS, c.startLWS},
 		{opts.Kueue, func(ctx context.Context) error { return c.startKueue(ctx, opts.KueueFairSharing) }},
 	} {

@@ -110,9 +110,38 @@ func (c *Cluster) webhookServing() (host string, port int, certDir string) {
 	return w.LocalServingHost, w.LocalServingPort, w.LocalServingCertDir
 }
 
-func (c *Cluster) startJobSet(ctx context.Context) error {
-	_, port, _ := c.webhookServing()
-	return c.startWebhookManager(ctx, "jobset", "config.jobset.x-k8s.io/v1alpha1", port)
+// startJobSet runs the JobSet manager. Beside Kueue (a MultiKueue worker),
+// envtest's endpoint is Kueue's, so JobSet serves its webhooks on a port of
+// its own, installed here as LWS's are.
+func (c *Cluster) startJobSet(ctx context.Context, besideKueue bool) error {
+	if !besideKueue {
+		_, port, _ := c.webhookServing()
+		return c.startWebhookManager(ctx, "jobset", "config.jobset.x-k8s.io/v1alpha1", port)
+	}
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	if err := c.startWebhookManager(ctx, "jobset", "config.jobset.x-k8s.io/v1alpha1", port); err != nil {
+		return err
+	}
+	set, err := jobSetWebhooks()
+	if err != nil {
+		return err
+	}
+	return c.installDirect(ctx, "jobset", set, port)
+}
+
+// installDirect installs set's webhook configurations pointing straight at
+// port on the serving host, with envtest's CA.
+func (c *Cluster) installDirect(ctx context.Context, name string, set *webhookSet, port int) error {
+	host, _, _ := c.webhookServing()
+	for _, o := range set.direct(fmt.Sprintf("https://%s:%d", host, port), c.env.WebhookInstallOptions.LocalServingCAData) {
+		if err := c.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("install %s webhooks: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // startWebhookManager runs a kubebuilder-style manager (JobSet, LWS) with
@@ -156,6 +185,11 @@ clientConnection:
 }
 
 // KueueNamespace is where the harness's Kueue keeps its own objects.
+//
+// The harness's Kueue runs its controllers as Kueue's shipped
+// configuration does (controller.groupKindConcurrency), and the JobSet and
+// TrainJob integrations, which that file leaves at one worker, with five:
+// with one, Kueue's Workload creation paces every benchmark.
 const KueueNamespace = "kueue-system"
 
 func (c *Cluster) startKueue(ctx context.Context, fairSharing bool) error {
@@ -193,6 +227,17 @@ health:
 clientConnection:
   qps: 200
   burst: 400
+controller:
+  groupKindConcurrency:
+    Job.batch: 5
+    Pod: 5
+    Workload.kueue.x-k8s.io: 10
+    LocalQueue.kueue.x-k8s.io: 5
+    Cohort.kueue.x-k8s.io: 1
+    ClusterQueue.kueue.x-k8s.io: 5
+    ResourceFlavor.kueue.x-k8s.io: 1
+    JobSet.jobset.x-k8s.io: 5
+    TrainJob.trainer.kubeflow.org: 5
 integrations:
   frameworks:
   - batch/job
@@ -241,7 +286,7 @@ func ensureKueueMetricsCerts(from string) error {
 }
 
 // startLWS runs the LeaderWorkerSet manager. envtest serves one webhook
-// endpoint per API server (JobSet's), so LWS gets a port of its own with the
+// endpoint per API server (JobSet's or Kueue's), so LWS gets a port of its own with the
 // same certificates, and its webhook configurations are installed here.
 func (c *Cluster) startLWS(ctx context.Context) error {
 	port, err := FreePort()
@@ -251,15 +296,9 @@ func (c *Cluster) startLWS(ctx context.Context) error {
 	if err := c.startWebhookManager(ctx, "lws", "config.lws.x-k8s.io/v1alpha1", port); err != nil {
 		return err
 	}
-	host, _, _ := c.webhookServing()
-	hooks, err := lwsWebhooks(fmt.Sprintf("https://%s:%d", host, port), c.env.WebhookInstallOptions.LocalServingCAData)
+	set, err := lwsWebhooks()
 	if err != nil {
 		return err
 	}
-	for _, o := range hooks {
-		if err := c.Client.Create(ctx, o); err != nil {
-			return fmt.Errorf("install lws webhooks: %w", err)
-		}
-	}
-	return nil
+	return c.installDirect(ctx, "lws", set, port)
 }

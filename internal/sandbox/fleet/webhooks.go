@@ -143,10 +143,10 @@ func kueueHubWebhooks() (*webhookSet, error) {
 		})
 }
 
-// lwsWebhooks are LeaderWorkerSet's webhook configurations, served at base
-// (https://host:port) with the CA caBundle. The pod webhooks, which give
-// LWS pods their worker index and leader address, see only LWS pods.
-func lwsWebhooks(base string, caBundle []byte) ([]client.Object, error) {
+// lwsWebhooks are LeaderWorkerSet's webhook configurations. The pod
+// webhooks, which give LWS pods their worker index and leader address, see
+// only LWS pods.
+func lwsWebhooks() (*webhookSet, error) {
 	dir, err := ModuleDir("sigs.k8s.io/lws")
 	if err != nil {
 		return nil, err
@@ -156,22 +156,28 @@ func lwsWebhooks(base string, caBundle []byte) ([]client.Object, error) {
 		return nil, err
 	}
 	set.onlyPodsLabelled("leaderworkerset.sigs.k8s.io/name")
-	direct := func(cc *admissionv1.WebhookClientConfig) {
+	return set, nil
+}
+
+// direct returns the set's configurations served at base (https://host:port)
+// with the CA caBundle, for a manager that does not serve envtest's endpoint.
+func (s *webhookSet) direct(base string, caBundle []byte) []client.Object {
+	point := func(cc *admissionv1.WebhookClientConfig) {
 		url := base + ptr.Deref(cc.Service.Path, "/")
 		*cc = admissionv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
 	}
 	var out []client.Object
-	for _, c := range set.mutating {
+	for _, c := range s.mutating {
 		for i := range c.Webhooks {
-			direct(&c.Webhooks[i].ClientConfig)
+			point(&c.Webhooks[i].ClientConfig)
 		}
 		out = append(out, c)
 	}
-	for _, c := range set.validating {
+	for _, c := range s.validating {
 		for i := range c.Webhooks {
-			direct(&c.Webhooks[i].ClientConfig)
+			point(&c.Webhooks[i].ClientConfig)
 		}
 		out = append(out, c)
 	}
-	return out, nil
+	return out
 }
