@@ -32,6 +32,10 @@ const (
 	// AnnotationGPUs on a Dispatch is the job's total GPU request, counted
 	// as in flight until the target's heartbeat shows it.
 	AnnotationGPUs = "trainyard.dev/gpus"
+	// AnnotationQueued on a Dispatch, "true", says the hub sent it beyond
+	// what its target had free, to wait in the target's own queue (Slurm's,
+	// spec.slurm.queueDepth); it counts against that depth until it runs.
+	AnnotationQueued = "trainyard.dev/queued"
 
 	// WorkloadFinalizer holds a hub Workload until its Dispatches, and so
 	// its remote work, are gone.

@@ -345,6 +345,36 @@ type SlurmTarget struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=3650
 	OutputRetentionDays *int32 `json:"outputRetentionDays,omitempty"`
+
+	// queueDepth is how many jobs the hub may send to this cluster beyond
+	// what its nodes have free, to wait in Slurm's own queue: slurmctld
+	// then starts the next job the moment one ends, and its backfill
+	// scheduler has jobs to choose from, instead of waiting for the agent's
+	// next heartbeat and the hub's next decision. Jobs beyond it wait on
+	// the hub, where Kueue's order and every other target still apply.
+	// Jobs bound to one topology domain (a required level) never wait in
+	// Slurm's queue. 0 sends only jobs that fit now.
+	// +optional
+	// +kubebuilder:default=8
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	QueueDepth *int32 `json:"queueDepth,omitempty"`
+}
+
+// DefaultSlurmQueueDepth is spec.slurm.queueDepth when unset; see the
+// operator guide (docs/operator-guide.md) for the measurement behind it.
+const DefaultSlurmQueueDepth int32 = 8
+
+// QueueDepth is t's spec.slurm.queueDepth, its default when unset, and 0
+// for a target that is not a Slurm cluster.
+func (t *Target) QueueDepth() int32 {
+	if t.Spec.Type != TargetTypeSlurm || t.Spec.Slurm == nil {
+		return 0
+	}
+	if t.Spec.Slurm.QueueDepth == nil {
+		return DefaultSlurmQueueDepth
+	}
+	return *t.Spec.Slurm.QueueDepth
 }
 
 // SlurmAuthType is the kind of credential an agent holds for slurmrestd.

@@ -98,6 +98,9 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	decision := b.decision
 	metrics.Dispatched(decision.Target, metrics.ResultDispatched)
 	msg := fmt.Sprintf("dispatched to target %s (attempt %d), waiting for its agent", decision.Target, attempt)
+	if decision.Queued {
+		msg = fmt.Sprintf("dispatched to target %s (attempt %d) to wait in its own queue: no target had room now", decision.Target, attempt)
+	}
 	if err := r.setCheck(ctx, s, kueue.CheckStatePending, msg); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -175,7 +178,7 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 		}
 		gpus, nodes := r.flight.onTargetLocked(t.Name, heartbeat, nodeLevelOf(t), now)
 		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: gpus, InFlight: nodes,
-			Ineligible: ineligible[t.Name]})
+			Ineligible: ineligible[t.Name], Queued: r.flight.queuedLocked(t.Name)})
 	}
 	decision, err := placement.Choose(req, candidates)
 	switch {
@@ -190,7 +193,8 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 	for i := range targets.Items {
 		if t := &targets.Items[i]; t.Name == decision.Target {
 			b := booking{decision: decision, target: t, key: keyOf(t.Spec.Agent.Namespace, name)}
-			r.flight.bookLocked(b.key, t.Name, wl.UID, client.ObjectKeyFromObject(wl), req.GPUs(), decision.Reservations(), now)
+			r.flight.bookLocked(b.key, t.Name, wl.UID, client.ObjectKeyFromObject(wl), req.GPUs(), decision.Reservations(),
+				decision.Queued, now)
 			return b, nil
 		}
 	}
@@ -441,6 +445,9 @@ func buildDispatch(t *v1alpha1.Target, wl *kueue.Workload, tjSnap *v1alpha1.Trai
 		}
 	}
 	constrained.Apply(d.Spec.PodSets)
+	if decision.Queued {
+		d.Annotations[v1alpha1.AnnotationQueued] = "true"
+	}
 	return d
 }
 

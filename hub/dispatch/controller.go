@@ -271,6 +271,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := (&targetDrainer{client: r.client, live: r.live}).setup(mgr); err != nil {
 		return err
 	}
+	// The in-flight gauges read this controller's record, not the cache.
+	if err := mgr.Add(&metrics.HubFlight{Counts: r.flight.counts}); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-dispatch").
 		For(&kueue.Workload{}, builder.WithPredicates(ignoreOwnAttemptWrites())).
 		Watches(&v1alpha1.Dispatch{}, r.dispatchHandler()).

@@ -9,6 +9,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/placement"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
 
 // inflight is the hub's one record of the GPUs sent to each target that
@@ -38,10 +39,24 @@ type flight struct {
 	workload types.UID
 	gpus     int64
 	booked   bool
-	at       time.Time
-	nodes    []placement.Reservation
-	d        *v1alpha1.Dispatch
+	// queued: sent beyond what the target had free, to wait in its own
+	// queue (AnnotationQueued); it holds a place of the target's queue
+	// depth until it starts.
+	queued bool
+	at     time.Time
+	nodes  []placement.Reservation
+	d      *v1alpha1.Dispatch
 }
+
+// started reports whether the flight's remote work has begun: a booked
+// one has not, a watched one once its Dispatch is Running.
+func (fl flight) started() bool {
+	return !fl.booked && fl.d.Status.Phase == v1alpha1.DispatchRunning
+}
+
+// waitsInQueue reports whether the flight holds a place in its target's
+// queue.
+func (fl flight) waitsInQueue() bool { return fl.queued && !fl.started() }
 
 // bookingTTL bounds how long a booking waits for the watch; a watch is
 // seconds behind at worst, so a booking this old belongs to a Dispatch
@@ -68,7 +83,8 @@ func mayHoldGPUs(d *v1alpha1.Dispatch) bool {
 }
 
 // observe records what the watch shows of d. It returns the Workloads to
-// wake: the waiting ones when d stopped holding GPUs.
+// wake: the waiting ones when d stopped holding GPUs or gave back its
+// place in its target's queue.
 func (f *inflight) observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request {
 	if !mayHoldGPUs(d) {
 		return f.forget(d)
@@ -85,7 +101,12 @@ func (f *inflight) observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request
 	slim.DeletionTimestamp = d.DeletionTimestamp
 	slim.Status.Phase, slim.Status.StartTime = d.Status.Phase, d.Status.StartTime
 	slim.Spec.PodSets = d.Spec.PodSets
-	on[key] = flight{workload: d.Spec.Workload.UID, gpus: gpus, d: slim}
+	prev, seen := on[key]
+	fl := flight{workload: d.Spec.Workload.UID, gpus: gpus, queued: d.Annotations[v1alpha1.AnnotationQueued] == "true", d: slim}
+	on[key] = fl
+	if seen && prev.waitsInQueue() && !fl.waitsInQueue() {
+		return f.wakeLocked()
+	}
 	return nil
 }
 
@@ -127,16 +148,29 @@ func (f *inflight) onTargetLocked(target string, lastHeartbeat time.Time, nodeLe
 	return gpus, nodes
 }
 
+// queuedLocked counts the flights to target that hold a place in its
+// queue. The caller holds mu.
+func (f *inflight) queuedLocked(target string) int32 {
+	var n int32
+	for _, fl := range f.byTarget[target] {
+		if fl.waitsInQueue() {
+			n++
+		}
+	}
+	return n
+}
+
 // bookLocked books a decision's GPUs under the Dispatch's key before it is
-// written. The caller holds mu.
+// written; queued says it goes to wait in the target's queue. The caller
+// holds mu.
 func (f *inflight) bookLocked(key, target string, wl types.UID, wlKey types.NamespacedName, gpus int64,
-	nodes []placement.Reservation, now time.Time) {
+	nodes []placement.Reservation, queued bool, now time.Time) {
 	on := f.byTarget[target]
 	if on == nil {
 		on = map[string]flight{}
 		f.byTarget[target] = on
 	}
-	on[key] = flight{workload: wl, gpus: gpus, booked: true, at: now, nodes: nodes}
+	on[key] = flight{workload: wl, gpus: gpus, booked: true, queued: queued, at: now, nodes: nodes}
 	delete(f.waiting, wlKey)
 }
 
@@ -190,6 +224,29 @@ func (f *inflight) wakeLocked() []reconcile.Request {
 		out = append(out, reconcile.Request{NamespacedName: wl})
 	}
 	return out
+}
+
+// counts is what the record holds, for the hub's gauges: per target the
+// Dispatches not yet running (booked, Pending or Submitted) and those of
+// them waiting in the target's own queue, and every Workload with a
+// Dispatch that may hold GPUs.
+func (f *inflight) counts() metrics.FlightCounts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := metrics.FlightCounts{InFlight: map[string]int{}, Queued: map[string]int{}, Placed: map[types.UID]bool{}}
+	for target, on := range f.byTarget {
+		for _, fl := range on {
+			c.Placed[fl.workload] = true
+			if !fl.booked && fl.d.Status.Phase == v1alpha1.DispatchRunning {
+				continue
+			}
+			c.InFlight[target]++
+			if fl.queued {
+				c.Queued[target]++
+			}
+		}
+	}
+	return c
 }
 
 // size is the number of Dispatches counted, for tests and the benchmark.

@@ -3,9 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/placement"
@@ -38,31 +36,20 @@ func TestParallelBookingsNeverOverbook(t *testing.T) {
 	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
 	req := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 8}}}
 
-	var mu sync.Mutex
 	booked, waited := map[string]int64{}, 0
-	var wg sync.WaitGroup
-	for i := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wl := kueuetesting.MakeWorkload(fmt.Sprintf("wl-%d", i), "team-a").UID(types.UID(fmt.Sprint("uid-", i))).Obj()
-			b, err := r.chooseAndBook(context.Background(), wl, req, nil, dispatchName(wl, 1))
-			mu.Lock()
-			defer mu.Unlock()
-			var noPlace placementError
-			switch {
-			case errors.As(err, &noPlace):
-				waited++
-			case err != nil:
-				t.Errorf("chooseAndBook: %v", err)
-			default:
-				for _, res := range b.decision.Reservations() {
-					booked[res.Node] += res.GPUs
-				}
+	decideInParallel(t, r, jobs, req, func(_ *kueue.Workload, b booking, err error) {
+		var noPlace placementError
+		switch {
+		case errors.As(err, &noPlace):
+			waited++
+		case err != nil:
+			t.Errorf("chooseAndBook: %v", err)
+		default:
+			for _, res := range b.decision.Reservations() {
+				booked[res.Node] += res.GPUs
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	if len(booked) != nodes || waited != jobs-nodes {
 		t.Errorf("booked nodes %v and %d waiting, want each of %d nodes once and %d waiting", booked, waited, nodes, jobs-nodes)
 	}
@@ -97,8 +84,8 @@ func TestWatchTakesOverBookings(t *testing.T) {
 		return n
 	}
 	f.mu.Lock()
-	f.bookLocked("agents/a", "gpu-a", "a", types.NamespacedName{Namespace: "team-a", Name: "a"}, 8, nil, t0)
-	f.bookLocked("agents/b", "gpu-a", "b", types.NamespacedName{Namespace: "team-a", Name: "b"}, 4, nil, t0)
+	f.bookLocked("agents/a", "gpu-a", "a", types.NamespacedName{Namespace: "team-a", Name: "a"}, 8, nil, false, t0)
+	f.bookLocked("agents/b", "gpu-a", "b", types.NamespacedName{Namespace: "team-a", Name: "b"}, 4, nil, false, t0)
 	f.waitLocked(waiter)
 	f.mu.Unlock()
 	if !f.booked("a") || count() != 12 {
@@ -127,7 +114,7 @@ func TestBookingsExpire(t *testing.T) {
 	f := newInflight()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.bookLocked("agents/a", "gpu-a", "a", types.NamespacedName{Name: "a"}, 8, nil, t0)
+	f.bookLocked("agents/a", "gpu-a", "a", types.NamespacedName{Name: "a"}, 8, nil, false, t0)
 	if n, _ := f.onTargetLocked("gpu-a", time.Time{}, "", t0.Add(bookingTTL+time.Second)); n != 0 {
 		t.Errorf("stale booking still counts %d GPUs", n)
 	}

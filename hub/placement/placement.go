@@ -76,6 +76,10 @@ type Candidate struct {
 	// (its backend would refuse it, or refused it before); it is not
 	// considered, and the reason is part of the answer when nothing fits.
 	Ineligible string
+	// Queued is how many jobs the hub sent to this target beyond what it
+	// had free (Decision.Queued) that have not started yet: they count
+	// against the target's queue depth (Target.QueueDepth).
+	Queued int32
 }
 
 // Reservation is GPUs booked on one node of a target.
@@ -90,8 +94,12 @@ type Decision struct {
 	// FreeAfter is the target's free GPUs once this job runs.
 	FreeAfter int64
 	// PodSets says where each pod set of the request goes, in request
-	// order; nil when the target publishes no free GPUs per node.
+	// order; nil when the target publishes no free GPUs per node, and for
+	// a queued job, which goes wherever the target's scheduler starts it.
 	PodSets []PodSetAssignment
+	// Queued: no target had room, and the job goes to wait in this
+	// target's own queue (a Slurm cluster's, up to its queue depth).
+	Queued bool
 }
 
 var (
@@ -119,6 +127,9 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 	var serving []*v1alpha1.Target
 	var reasons, ineligible, eligibleElsewhere []string
 	var open []ranked
+	// queueable are the available targets that may take the job into
+	// their own queue when none has room.
+	var queueable []Candidate
 	// largestNode is only trusted when every serving target has published
 	// its node size: a target that has not reported yet might be larger.
 	largestNode, sizeUnknown := int64(0), false
@@ -141,6 +152,7 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 			reasons = append(reasons, fmt.Sprintf("%s: %s", t.Name, why))
 			continue
 		}
+		queueable = append(queueable, c)
 		if why := noRoomForCPUOrMemory(req, t.Status.Free); why != "" {
 			reasons = append(reasons, fmt.Sprintf("%s: %s", t.Name, why))
 			continue
@@ -182,6 +194,9 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 	}
 	if why := neverFitsCPUOrMemory(req, serving); why != "" {
 		return Decision{}, fmt.Errorf("%w: %s", ErrNeverFits, why)
+	}
+	if d, ok := queueOn(req, queueable); ok {
+		return d, nil
 	}
 	sort.Strings(reasons)
 	reasons = append(reasons, ineligible...)

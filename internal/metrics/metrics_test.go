@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -197,9 +199,11 @@ func workload(uid string, finished bool) *kueue.Workload {
 }
 
 // TestHubState: the scraped gauges count from the cache: target health,
-// heartbeat time and an age that keeps growing with the hub's clock, the
-// Dispatches not yet running, and the waiting Workloads under the targets
-// serving their flavors, placed, finished and deleted ones dropped.
+// heartbeat time and an age that keeps growing with the hub's clock, and
+// the waiting Workloads under the targets serving their flavors, placed,
+// finished and deleted ones dropped. The Dispatches not yet running, and
+// those queued on their target, come from the dispatch controller's
+// record: a scrape lists no Dispatch.
 func TestHubState(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	clk := clocktesting.NewFakeClock(now)
@@ -208,13 +212,21 @@ func TestHubState(t *testing.T) {
 		tytesting.MakeKubernetesTarget("b", "gpu").AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonBackendError).Obj(),
 		tytesting.MakeKubernetesTarget("c", "cpu").FlavorlessJobs(v1alpha1.FlavorlessJobsDeny).Obj(),
 		tytesting.MakeDispatch("new", "agents", "a").Obj(),
-		tytesting.MakeDispatch("sent", "agents", "a").Phase(v1alpha1.DispatchSubmitted).Obj(),
-		tytesting.MakeDispatch("run", "agents", "a").Phase(v1alpha1.DispatchRunning).Obj(),
-		tytesting.MakeDispatch("b1", "agents", "b").Phase(v1alpha1.DispatchPending).WorkloadUID("placed").Obj(),
 		workload("w-gpu", false), workload("w-gpu-late", false), workload("w-none", false),
 		workload("placed", false), workload("done", true),
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).Build()
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*v1alpha1.DispatchList); ok {
+				t.Error("a scrape listed Dispatches")
+			}
+			return c.List(ctx, list, opts...)
+		},
+	}).Build()
+	flight := &HubFlight{Counts: func() FlightCounts {
+		return FlightCounts{InFlight: map[string]int{"a": 2, "b": 1}, Queued: map[string]int{"b": 1},
+			Placed: map[types.UID]bool{"placed": true}}
+	}}
 	beats := &beatSet{m: map[string]beat{}}
 	beats.m["a"] = beat{at: now.Add(-5 * time.Second), lostAfter: time.Minute}
 	beats.m["b"] = beat{at: now.Add(-90 * time.Second), lostAfter: time.Minute}
@@ -227,7 +239,7 @@ func TestHubState(t *testing.T) {
 		"done":       {since: now, flavors: []string{"gpu"}},
 		"deleted":    {since: now, flavors: []string{"gpu"}},
 	}}
-	col := newStateCollector(&sourceSet{list: []any{&HubState{Reader: c, Clock: clk}}}, w, beats)
+	col := newStateCollector(&sourceSet{list: []any{&HubState{Reader: c, Clock: clk}, flight}}, w, beats)
 	clk.Step(30 * time.Second) // silent targets age without any reconcile
 
 	want := `
@@ -236,6 +248,11 @@ func TestHubState(t *testing.T) {
 trainyard_dispatches_in_flight{target="a"} 2
 trainyard_dispatches_in_flight{target="b"} 1
 trainyard_dispatches_in_flight{target="c"} 0
+# HELP trainyard_dispatches_queued Dispatches sent to the Target beyond what it had free, to wait in its own queue (spec.slurm.queueDepth), not yet Running.
+# TYPE trainyard_dispatches_queued gauge
+trainyard_dispatches_queued{target="a"} 0
+trainyard_dispatches_queued{target="b"} 1
+trainyard_dispatches_queued{target="c"} 0
 # HELP trainyard_queue_depth Workloads waiting for a placement because no target had room, under each Target serving their flavors (target empty: none serves them).
 # TYPE trainyard_queue_depth gauge
 trainyard_queue_depth{target=""} 1

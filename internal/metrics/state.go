@@ -37,8 +37,32 @@ type AgentState struct {
 	Namespace, Target string
 }
 
+// HubFlight is a manager Runnable: while it runs, scrapes read the
+// Dispatches in flight from Counts, the dispatch controller's own record
+// kept by its Dispatch watch, instead of listing every Dispatch. It runs
+// on the elected replica only, the one whose record is kept.
+type HubFlight struct {
+	Counts func() FlightCounts
+}
+
+// FlightCounts is the hub's in-flight record as the gauges read it.
+type FlightCounts struct {
+	// InFlight counts, per target, the Dispatches not yet running (booked,
+	// Pending or Submitted); Queued those of them sent to wait in the
+	// target's own queue.
+	InFlight, Queued map[string]int
+	// Placed holds every Workload with a Dispatch that may hold GPUs.
+	Placed map[types.UID]bool
+}
+
 // Start registers h as a source until ctx ends.
 func (h *HubState) Start(ctx context.Context) error { return sources.run(ctx, h) }
+
+// Start registers f as a source until ctx ends.
+func (f *HubFlight) Start(ctx context.Context) error { return sources.run(ctx, f) }
+
+// NeedLeaderElection: only the elected replica keeps the record.
+func (f *HubFlight) NeedLeaderElection() bool { return true }
 
 // Start registers a as a source until ctx ends.
 func (a *AgentState) Start(ctx context.Context) error { return sources.run(ctx, a) }
@@ -170,7 +194,9 @@ var (
 	heartbeatAgeDesc = desc("target_heartbeat_age_seconds", "Seconds since the hub last saw the Target's agent renew, by the hub's clock.", "target")
 	lostAfterDesc    = desc("target_lost_after_seconds",
 		"Seconds of silence after which the hub declares the Target lost and requeues its jobs (lease plus grace).", "target")
-	inFlightDesc   = desc("dispatches_in_flight", "Dispatches to the Target not yet Running (Pending or Submitted).", "target")
+	inFlightDesc = desc("dispatches_in_flight", "Dispatches to the Target not yet Running (Pending or Submitted).", "target")
+	queuedDesc   = desc("dispatches_queued",
+		"Dispatches sent to the Target beyond what it had free, to wait in its own queue (spec.slurm.queueDepth), not yet Running.", "target")
 	queueDepthDesc = desc("queue_depth",
 		"Workloads waiting for a placement because no target had room, under each Target serving their flavors (target empty: none serves them).", "target")
 	oldestWaitDesc = desc("queue_oldest_wait_seconds", "Seconds the longest-waiting Workload of queue_depth has waited.", "target")
@@ -190,23 +216,31 @@ func newStateCollector(s *sourceSet, w *waitSet, b *beatSet) prometheus.Collecto
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{targetAvailableDesc, lastHeartbeatDesc, heartbeatAgeDesc, lostAfterDesc,
-		inFlightDesc, queueDepthDesc, oldestWaitDesc, agentPhaseDesc} {
+		inFlightDesc, queuedDesc, queueDepthDesc, oldestWaitDesc, agentPhaseDesc} {
 		ch <- d
 	}
 }
 
 // Collect counts from the first hub source (a process runs one hub; more
-// would repeat its series) and from one agent source per target.
+// would repeat its series), with the first in-flight record, and from one
+// agent source per target.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
 	defer cancel()
+	all := c.sources.snapshot()
+	var flight *HubFlight
+	for _, src := range all {
+		if f, ok := src.(*HubFlight); ok && flight == nil {
+			flight = f
+		}
+	}
 	hubDone, agentDone := false, map[string]bool{}
-	for _, src := range c.sources.snapshot() {
+	for _, src := range all {
 		switch s := src.(type) {
 		case *HubState:
 			if !hubDone {
 				hubDone = true
-				c.collectHub(ctx, s, ch)
+				c.collectHub(ctx, s, flight, ch)
 			}
 		case *AgentState:
 			if !agentDone[s.Target] {
@@ -221,12 +255,13 @@ func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ..
 	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 }
 
-// collectHub reads the cache; a read that fails leaves its gauges out of
-// this scrape rather than report zeros.
-func (c *stateCollector) collectHub(ctx context.Context, h *HubState, ch chan<- prometheus.Metric) {
+// collectHub reads the Targets from the cache and what is in flight from
+// the dispatch controller's record (no Dispatch is listed); a read that
+// fails leaves its gauges out of this scrape rather than report zeros, as
+// does a replica that keeps no record (not elected).
+func (c *stateCollector) collectHub(ctx context.Context, h *HubState, flight *HubFlight, ch chan<- prometheus.Metric) {
 	var targets v1alpha1.TargetList
-	var dispatches v1alpha1.DispatchList
-	if h.Reader.List(ctx, &targets) != nil || h.Reader.List(ctx, &dispatches) != nil {
+	if h.Reader.List(ctx, &targets) != nil {
 		return
 	}
 	var clk clock.PassiveClock = clock.RealClock{}
@@ -234,16 +269,9 @@ func (c *stateCollector) collectHub(ctx context.Context, h *HubState, ch chan<- 
 		clk = h.Clock
 	}
 	now := clk.Now()
-	inFlight, placed := map[string]int{}, map[types.UID]bool{}
-	for _, d := range dispatches.Items {
-		if !d.DeletionTimestamp.IsZero() {
-			continue
-		}
-		placed[d.Spec.Workload.UID] = true
-		switch d.Status.Phase {
-		case "", v1alpha1.DispatchPending, v1alpha1.DispatchSubmitted:
-			inFlight[d.Spec.TargetName]++
-		}
+	var counts FlightCounts
+	if flight != nil && flight.Counts != nil {
+		counts = flight.Counts()
 	}
 	for _, t := range targets.Items {
 		available := 0.0
@@ -256,9 +284,12 @@ func (c *stateCollector) collectHub(ctx context.Context, h *HubState, ch chan<- 
 			gauge(ch, heartbeatAgeDesc, now.Sub(b.at).Seconds(), t.Name)
 			gauge(ch, lostAfterDesc, b.lostAfter.Seconds(), t.Name)
 		}
-		gauge(ch, inFlightDesc, float64(inFlight[t.Name]), t.Name)
+		if counts.InFlight != nil {
+			gauge(ch, inFlightDesc, float64(counts.InFlight[t.Name]), t.Name)
+			gauge(ch, queuedDesc, float64(counts.Queued[t.Name]), t.Name)
+		}
 	}
-	c.collectQueue(ctx, h.Reader, targets.Items, placed, now, ch)
+	c.collectQueue(ctx, h.Reader, targets.Items, counts.Placed, now, ch)
 }
 
 // collectQueue drops waiting Workloads that are placed, finished or gone,

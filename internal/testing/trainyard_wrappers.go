@@ -102,6 +102,12 @@ func (w *TargetWrapper) SlurmTopologyFile(path string) *TargetWrapper {
 	return w
 }
 
+// SlurmQueueDepth sets spec.slurm.queueDepth.
+func (w *TargetWrapper) SlurmQueueDepth(n int32) *TargetWrapper {
+	w.Spec.Slurm.QueueDepth = &n
+	return w
+}
+
 // SlurmAPIVersion sets the slurmrestd API version.
 func (w *TargetWrapper) SlurmAPIVersion(v v1alpha1.SlurmAPIVersion) *TargetWrapper {
 	w.Spec.Slurm.APIVersion = v

@@ -1,0 +1,137 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/placement"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+// TestParallelQueueingHonoursDepth: workers deciding at once fill a full
+// Slurm cluster's queue exactly to its depth; the other jobs wait on the
+// hub, and the queued Dispatches carry the mark that rebuilds the count
+// after a restart.
+func TestParallelQueueingHonoursDepth(t *testing.T) {
+	const depth, jobs = 3, 12
+	target := tyt.MakeSlurmTarget("hpc", "h100", "gpu").AgentNamespace("agents").Available().
+		FreeGPUsPerNode(1, 0, 0, 0).MaxGPUsPerNode(4).SlurmQueueDepth(depth).Obj()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(target).Build()
+	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
+	req := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 1}}}
+
+	fits, queued, waited := 0, 0, 0
+	decideInParallel(t, r, jobs, req, func(wl *kueue.Workload, b booking, err error) {
+		var noPlace placementError
+		switch {
+		case errors.As(err, &noPlace):
+			waited++
+		case err != nil:
+			t.Errorf("chooseAndBook: %v", err)
+		case b.decision.Queued:
+			queued++
+			d := buildDispatch(target, wl, &v1alpha1.TrainJobSnapshot{}, &v1alpha1.RuntimeSnapshot{}, req, b.decision, 1)
+			if d.Annotations[v1alpha1.AnnotationQueued] != "true" {
+				t.Errorf("queued Dispatch lacks %s: %v", v1alpha1.AnnotationQueued, d.Annotations)
+			}
+		default:
+			fits++
+		}
+	})
+	if fits != 1 || queued != depth || waited != jobs-1-depth {
+		t.Errorf("%d fit, %d queued, %d wait on the hub; want 1, %d, %d", fits, queued, waited, depth, jobs-1-depth)
+	}
+}
+
+// decideInParallel runs one decision per job at once, each for its own
+// Workload, and hands each outcome to record, one at a time.
+func decideInParallel(t *testing.T, r *Reconciler, jobs int, req placement.Request, record func(*kueue.Workload, booking, error)) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wl := kueuetesting.MakeWorkload(fmt.Sprintf("wl-%d", i), "team-a").UID(types.UID(fmt.Sprint("uid-", i))).Obj()
+			b, err := r.chooseAndBook(context.Background(), wl, req, nil, dispatchName(wl, 1))
+			mu.Lock()
+			defer mu.Unlock()
+			record(wl, b, err)
+		}()
+	}
+	wg.Wait()
+}
+
+// TestQueuedStartWakesWaiting: a queued Dispatch holds its place in the
+// target's queue until it runs; then the Workloads waiting on the hub
+// wake, as they do when any Dispatch ends. The mark is read from the
+// watched Dispatch, so a restarted hub counts the same.
+func TestQueuedStartWakesWaiting(t *testing.T) {
+	f := newInflight()
+	waiter := types.NamespacedName{Namespace: "team-a", Name: "waiter"}
+	f.waitLocked(waiter)
+	queuedDispatch := func(phase v1alpha1.DispatchPhase) *v1alpha1.Dispatch {
+		d := pendingDispatch("q", "hpc", phase)
+		d.Annotations = map[string]string{v1alpha1.AnnotationQueued: "true"}
+		return d
+	}
+	placesTaken := func() int32 {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.queuedLocked("hpc")
+	}
+	if wake := f.observe(queuedDispatch(""), 1); len(wake) != 0 || placesTaken() != 1 {
+		t.Fatalf("new queued Dispatch: woke %v, %d places taken; want none, 1", wake, placesTaken())
+	}
+	if wake := f.observe(queuedDispatch(v1alpha1.DispatchSubmitted), 1); len(wake) != 0 || placesTaken() != 1 {
+		t.Errorf("submitted: woke %v, %d places taken; want none, 1", wake, placesTaken())
+	}
+	want := []reconcile.Request{{NamespacedName: waiter}}
+	if wake := f.observe(queuedDispatch(v1alpha1.DispatchRunning), 1); !cmp.Equal(want, wake) || placesTaken() != 0 {
+		t.Errorf("running: woke %v, %d places taken; want %v, 0", wake, placesTaken(), want)
+	}
+	if wake := f.observe(queuedDispatch(v1alpha1.DispatchRunning), 1); len(wake) != 0 {
+		t.Errorf("running again: woke %v, want none", wake)
+	}
+	if f.observe(pendingDispatch("fits", "hpc", ""), 1); placesTaken() != 0 {
+		t.Errorf("a Dispatch that fit takes %d places of the queue, want 0", placesTaken())
+	}
+}
+
+// TestCounts: the hub's gauges read the record, not the cache: Dispatches
+// not yet running per target, the queued ones among them, and the
+// Workloads placed.
+func TestCounts(t *testing.T) {
+	f := newInflight()
+	q := pendingDispatch("q", "hpc", v1alpha1.DispatchSubmitted)
+	q.Annotations = map[string]string{v1alpha1.AnnotationQueued: "true"}
+	f.observe(q, 1)
+	f.observe(pendingDispatch("p", "hpc", v1alpha1.DispatchPending), 1)
+	f.observe(pendingDispatch("r", "hpc", v1alpha1.DispatchRunning), 1)
+	f.observe(pendingDispatch("done", "hpc", v1alpha1.DispatchSucceeded), 1)
+	f.mu.Lock()
+	f.bookLocked("agents/b", "gpu-a", "b", types.NamespacedName{Name: "b"}, 8, nil, false, t0)
+	f.mu.Unlock()
+	want := metrics.FlightCounts{
+		InFlight: map[string]int{"hpc": 2, "gpu-a": 1},
+		Queued:   map[string]int{"hpc": 1},
+		Placed:   map[types.UID]bool{"q": true, "p": true, "r": true, "b": true},
+	}
+	if diff := cmp.Diff(want, f.counts()); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+}
