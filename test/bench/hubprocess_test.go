@@ -1,0 +1,208 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/trainyard-dev/trainyard/test/harness/procs"
+)
+
+// hubProcess is the hub running as its own process, and what the bench
+// reads from its /metrics endpoint once a second: the process's resident
+// memory and Go heap (controller-runtime's process and Go collectors), the
+// decisions that dispatched a job, and the decision and reconcile
+// histograms.
+type hubProcess struct {
+	*procs.Process
+	url string
+
+	mu      sync.Mutex
+	samples []sample
+	cancel  context.CancelFunc
+	ended   chan struct{}
+}
+
+type sample struct {
+	at         time.Time
+	rss, heap  float64
+	dispatched float64
+	reconciles float64
+	cost       hubCost
+}
+
+// record starts sampling every period until stop.
+func (h *hubProcess) record(ctx context.Context, period time.Duration) *hubProcess {
+	ctx, h.cancel = context.WithCancel(ctx)
+	h.ended = make(chan struct{})
+	go func() {
+		defer close(h.ended)
+		for {
+			if s, err := h.scrape(ctx); err == nil {
+				h.mu.Lock()
+				h.samples = append(h.samples, s)
+				h.mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(period):
+			}
+		}
+	}()
+	return h
+}
+
+func (h *hubProcess) stop() {
+	h.cancel()
+	<-h.ended
+}
+
+func (h *hubProcess) scrape(ctx context.Context) (sample, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.url, nil)
+	if err != nil {
+		return sample{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return sample{}, err
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return sample{}, err
+	}
+	var all []*dto.MetricFamily
+	for _, f := range fams {
+		all = append(all, f)
+	}
+	return sample{
+		at:         time.Now(),
+		rss:        sum(all, "process_resident_memory_bytes", nil),
+		heap:       sum(all, "go_memstats_heap_inuse_bytes", nil),
+		dispatched: sum(all, "trainyard_dispatches_total", map[string]string{"result": "dispatched"}),
+		reconciles: sum(all, "controller_runtime_reconcile_total", map[string]string{"controller": "trainyard-dispatch"}),
+		cost:       hubCostOf(all),
+	}, nil
+}
+
+// sum adds the gauge and counter values of a family's matching series.
+func sum(families []*dto.MetricFamily, name string, labels map[string]string) float64 {
+	var v float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if matches(m, labels) {
+				v += m.GetGauge().GetValue() + m.GetCounter().GetValue() + m.GetUntyped().GetValue()
+			}
+		}
+	}
+	return v
+}
+
+func (h *hubProcess) last() sample {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.samples) == 0 {
+		return sample{}
+	}
+	return h.samples[len(h.samples)-1]
+}
+
+func (h *hubProcess) peakRSS() float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var peak float64
+	for _, s := range h.samples {
+		peak = max(peak, s.rss)
+	}
+	return peak
+}
+
+// waitDispatched waits until the hub has dispatched n jobs, failing if it
+// exits or timeout passes.
+func (h *hubProcess) waitDispatched(b *testing.B, n int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for int(h.last().dispatched) < n {
+		if !h.Running() {
+			b.Fatalf("the hub exited:\n%s", h.LogTail(3000))
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("hub dispatched %.0f of %d after %s", h.last().dispatched, n, timeout)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// window is one stretch of decisions: from and to count dispatched jobs.
+type window struct {
+	from, to   int
+	start, end time.Time
+	before     hubCost
+	after      hubCost
+}
+
+func (w window) rate() float64 { return float64(w.to-w.from) / w.end.Sub(w.start).Seconds() }
+
+// windows cuts the samples at first (the jobs placed at once), then every
+// size decisions; the first window starts at t0.
+func (h *hubProcess) windows(t0 time.Time, first, size int) []window {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.samples) == 0 {
+		return nil
+	}
+	var out []window
+	cur := window{from: 0, to: first, start: t0, before: h.samples[0].cost}
+	for _, s := range h.samples {
+		if int(s.dispatched) < cur.to {
+			continue
+		}
+		cur.end, cur.after = s.at, s.cost
+		out = append(out, cur)
+		cur = window{from: cur.to, to: cur.to + size, start: s.at, before: s.cost}
+	}
+	return out
+}
+
+func mib(bytes float64) string { return fmt.Sprintf("%.0f MiB", bytes/(1<<20)) }
+
+// hubCostOf reads the hub's decision and dispatch-reconcile histograms
+// from scraped families, as readHubCost does from this process's registry.
+func hubCostOf(families []*dto.MetricFamily) hubCost {
+	return hubCost{
+		decision:  histogramIn(families, "trainyard_decision_duration_seconds", nil),
+		reconcile: histogramIn(families, "controller_runtime_reconcile_time_seconds", map[string]string{"controller": "trainyard-dispatch"}),
+	}
+}
+
+// histogramIn sums the matching series of a histogram family.
+func histogramIn(families []*dto.MetricFamily, name string, labels map[string]string) hist {
+	var h hist
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				if matches(m, labels) {
+					h.add(m.GetHistogram())
+				}
+			}
+		}
+	}
+	return h
+}
+
+// costCells are the p99s of what the hub spent between two readings.
+func costCells(before, after hubCost) []string {
+	d, r := after.decision.since(before.decision), after.reconcile.since(before.reconcile)
+	return []string{ms(d.quantile(0.99)), ms(r.quantile(0.99))}
+}
