@@ -76,6 +76,10 @@ conformance: tools slurm-root ## Kubeflow's shipped runtimes, applied unchanged,
 .PHONY: test
 test: fmt vet unit integration ## Everything CI runs: format, vet, unit and integration tests.
 
+# BENCH picks the benchmarks of `make bench` by name (a go test -bench
+# regexp), e.g. BENCH=SideBySide or BENCH=Scale.
+BENCH ?= .
+
 .PHONY: bench
-bench: tools ## One table: 200 TrainJobs vs 200 raw jobs on Kubernetes spokes and on Slurm (ratios), and the hub's p99s with and without 2,000 finished Dispatches cached.
-	nice go test -run '^$$' -bench . -benchtime 1x -timeout 40m ./test/bench/
+bench: tools ## One table: 200 TrainJobs vs 200 raw jobs on Kubernetes spokes and on Slurm (ratios); hub p99s with 2,000 finished Dispatches cached; 1,000 jobs side by side with Kueue's MultiKueue (1 hub + 3 spokes); 10,000 waiting TrainJobs with the hub as a process (RSS, fan-out, decisions/s). BENCH=regexp picks benches.
+	nice go test -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 150m ./test/bench/
