@@ -2,15 +2,18 @@
 # stop.sh ROOT -- stop every process running inside the chroot ROOT and unmount what
 # start.sh mounted there. Safe to run any number of times, also on a half-started cluster.
 #
-# Processes are found by their root directory (/proc/PID/root == ROOT), not by name, so
+# Processes are found by their root directory (/proc/PID/root is ROOT), not by name, so
 # only what runs in this chroot is touched: the daemons (munged, slurmctld, slurmd x4,
-# slurmrestd), their slurmstepds and any job processes they left.
+# slurmrestd), their slurmstepds and any job processes they left. The root is compared by
+# device and inode, not by its path: slurmds that oci.sh started as the root of a mount
+# namespace of their own show "/" there.
 set -uo pipefail
 R=${1:?usage: stop.sh ROOT}
 R=$(realpath "$R")
+RID=$(stat -L -c %d:%i "$R")
 
 chroot_pids() {
-  find /proc -mindepth 2 -maxdepth 2 -name root -lname "$R" 2>/dev/null | cut -d/ -f3
+  stat -L -c '%n %d:%i' /proc/[0-9]*/root 2>/dev/null | awk -v id="$RID" '$2 == id {split($1, p, "/"); print p[3]}'
 }
 # wait_gone SECONDS: wait until no process is left in the chroot.
 wait_gone() {
