@@ -114,6 +114,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		CRDDirectoryPaths:     crds,
 		ErrorIfCRDPathMissing: true,
 		Scheme:                opts.Scheme,
+		// envtest's own waits (20 s for etcd and kube-apiserver, 10 s for
+		// CRDs to be served) give up on a busy 2-core machine; each ends
+		// as soon as its component is ready, so longer bounds cost nothing
+		// when it is not busy.
+		ControlPlaneStartTimeout: opts.StartTimeout / 2,
+		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: opts.StartTimeout},
 	}
 	if opts.Kwok {
 		if err := withKwokLogs(env); err != nil {
