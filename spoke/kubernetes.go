@@ -89,6 +89,7 @@ func SpokeScheme() *runtime.Scheme {
 // in one place. A Target change reaches the agent when it restarts.
 func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOptions) (ctrl.Manager, error) {
 	hubCfg, spokeCfg := withRate(hubCfg, o.QPS, o.Burst), withRate(o.Spoke, o.QPS, o.Burst)
+	spokeCfg.Wrap(metrics.CountRequests(metrics.SystemSpoke)) // the agent's load on the spoke's API server
 	direct, err := client.New(hubCfg, client.Options{Scheme: HubScheme()})
 	if err != nil {
 		return nil, err

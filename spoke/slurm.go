@@ -18,6 +18,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
 
 // DefaultSlurmPollInterval is how often the agent lists the cluster's jobs
@@ -66,7 +67,7 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 	if err != nil {
 		return nil, err
 	}
-	c, err := slurm.NewClient(t.Spec.Slurm.Endpoint, t.Spec.Slurm.APIVersion, tokens, serviceUser, o.HTTPClient)
+	c, err := slurm.NewClient(t.Spec.Slurm.Endpoint, t.Spec.Slurm.APIVersion, tokens, serviceUser, countedClient(o.HTTPClient))
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +111,18 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 	opts.Target, opts.Namespace, opts.Backend = name, ns, backend
 	opts.RemoteEvents = append(opts.RemoteEvents, source.Channel(events, &handler.EnqueueRequestForObject{}))
 	return mgr, Setup(mgr, opts)
+}
+
+// countedClient is hc (default: a 30 s timeout) with every request to
+// slurmrestd counted in agent_remote_requests_total.
+func countedClient(hc *http.Client) *http.Client {
+	out := &http.Client{Timeout: 30 * time.Second}
+	if hc != nil {
+		cp := *hc
+		out = &cp
+	}
+	out.Transport = metrics.CountRequests(metrics.SystemSlurmrestd)(out.Transport)
+	return out
 }
 
 // tokenSource builds the credential source the Target names. The bytes are

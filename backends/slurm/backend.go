@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,12 +46,18 @@ type Backend struct {
 	// holds every job an earlier incarnation of the agent submitted.
 	created time.Time
 	// listed is the last job list (ListJobs), every job id by comment, and
-	// when it was taken.
+	// when it was taken (or last proven current).
 	listed   map[string][]int32
 	listedAt time.Time
+	// view is that list itself, by job id, and slurmctld's time of it,
+	// from which the next list asks only for changes (view.go).
+	view       map[int32]*JobInfo
+	viewJobs   []JobInfo
+	lastUpdate int64
 	// submitted records this process's submits by comment, since the last
-	// list may predate them.
-	submitted map[string]int32
+	// list may predate them, and when each was made.
+	submitted   map[string]int32
+	submittedAt map[string]time.Time
 	// uncertain records, by comment, when a submit ended without saying
 	// whether it made the job: only a list begun SubmitSettle after that
 	// may prove the job absent.
@@ -61,7 +66,8 @@ type Backend struct {
 
 // NewBackend returns a Backend for the target target returns.
 func NewBackend(c *Client, target func(context.Context) (*v1alpha1.Target, error)) *Backend {
-	return &Backend{Client: c, Target: target, created: time.Now(), submitted: map[string]int32{}, uncertain: map[string]time.Time{}}
+	return &Backend{Client: c, Target: target, created: time.Now(), submitted: map[string]int32{}, submittedAt: map[string]time.Time{},
+		uncertain: map[string]time.Time{}}
 }
 
 func (b *Backend) now() time.Time {
@@ -76,28 +82,6 @@ func (b *Backend) settle() time.Duration {
 		return b.SubmitSettle
 	}
 	return DefaultSubmitSettle
-}
-
-// ListJobs lists the cluster's jobs and keeps the list, so submits can
-// look a job up without a list of their own. The agent's poller calls it.
-func (b *Backend) ListJobs(ctx context.Context) ([]JobInfo, error) {
-	at := b.now()
-	jobs, err := b.Client.Jobs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	byComment := make(map[string][]int32, len(jobs))
-	for i := range jobs {
-		if c := jobs[i].Comment; strings.HasPrefix(c, CommentPrefix) {
-			byComment[c] = append(byComment[c], jobs[i].JobID)
-		}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if at.After(b.listedAt) {
-		b.listed, b.listedAt = byComment, at
-	}
-	return jobs, nil
 }
 
 // errSettling: no job list yet proves whether the job exists, typically
@@ -191,6 +175,7 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	if id != 0 {
 		return ref(id, job.Name), nil
 	}
+	at := b.now()
 	id, err = b.Client.Submit(ctx, job)
 	if errors.Is(err, ErrSubmitUncertain) {
 		// The job may exist: the next submit first proves it absent.
@@ -213,7 +198,10 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	if b.submitted == nil {
 		b.submitted = map[string]int32{}
 	}
-	b.submitted[job.Comment] = id
+	if b.submittedAt == nil {
+		b.submittedAt = map[string]time.Time{}
+	}
+	b.submitted[job.Comment], b.submittedAt[job.Comment] = id, at
 	b.mu.Unlock()
 	return ref(id, job.Name), nil
 }
@@ -257,10 +245,14 @@ func remoteID(d *v1alpha1.Dispatch) int32 {
 	return int32(id)
 }
 
-// Observe reports the job's state, from accounting once slurmctld has
-// forgotten the job (see accounted).
+// Observe reports the job's state: from the poller's last job list when
+// it settles the question (view.go), else by reading the job, and from
+// accounting once slurmctld has forgotten the job (see accounted).
 func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.Status, error) {
-	j, err := b.find(ctx, d, remoteID(d))
+	j, err := b.viewed(d)
+	if errors.Is(err, errNotInView) {
+		j, err = b.find(ctx, d, remoteID(d))
+	}
 	if errors.Is(err, ErrJobNotFound) {
 		j, err = b.accounted(ctx, d)
 	}

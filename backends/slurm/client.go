@@ -33,7 +33,7 @@ type Client struct {
 // versionAPI is the part of a generated client trainyard uses.
 type versionAPI interface {
 	submit(ctx context.Context, body io.Reader, edit func(context.Context, *http.Request) error) (*http.Response, error)
-	jobs(ctx context.Context, edit func(context.Context, *http.Request) error) (*http.Response, error)
+	jobs(ctx context.Context, updateTime *string, edit func(context.Context, *http.Request) error) (*http.Response, error)
 	job(ctx context.Context, id string, edit func(context.Context, *http.Request) error) (*http.Response, error)
 	cancel(ctx context.Context, id string, edit func(context.Context, *http.Request) error) (*http.Response, error)
 	nodes(ctx context.Context, edit func(context.Context, *http.Request) error) (*http.Response, error)
@@ -71,8 +71,8 @@ type api41 struct{ c *v0041.Client }
 func (a api41) submit(ctx context.Context, body io.Reader, e func(context.Context, *http.Request) error) (*http.Response, error) {
 	return a.c.SlurmV0041PostJobSubmitWithBody(ctx, "application/json", body, e)
 }
-func (a api41) jobs(ctx context.Context, e func(context.Context, *http.Request) error) (*http.Response, error) {
-	return a.c.SlurmV0041GetJobs(ctx, nil, e)
+func (a api41) jobs(ctx context.Context, since *string, e func(context.Context, *http.Request) error) (*http.Response, error) {
+	return a.c.SlurmV0041GetJobs(ctx, &v0041.SlurmV0041GetJobsParams{UpdateTime: since}, e)
 }
 func (a api41) job(ctx context.Context, id string, e func(context.Context, *http.Request) error) (*http.Response, error) {
 	return a.c.SlurmV0041GetJob(ctx, id, nil, e)
@@ -89,8 +89,8 @@ type api42 struct{ c *v0042.Client }
 func (a api42) submit(ctx context.Context, body io.Reader, e func(context.Context, *http.Request) error) (*http.Response, error) {
 	return a.c.SlurmV0042PostJobSubmitWithBody(ctx, "application/json", body, e)
 }
-func (a api42) jobs(ctx context.Context, e func(context.Context, *http.Request) error) (*http.Response, error) {
-	return a.c.SlurmV0042GetJobs(ctx, nil, e)
+func (a api42) jobs(ctx context.Context, since *string, e func(context.Context, *http.Request) error) (*http.Response, error) {
+	return a.c.SlurmV0042GetJobs(ctx, &v0042.SlurmV0042GetJobsParams{UpdateTime: since}, e)
 }
 func (a api42) job(ctx context.Context, id string, e func(context.Context, *http.Request) error) (*http.Response, error) {
 	return a.c.SlurmV0042GetJob(ctx, id, nil, e)
@@ -355,14 +355,58 @@ func (c *Client) Submit(ctx context.Context, job *Job) (int32, error) {
 // Jobs lists every job slurmctld still knows (running, pending and those
 // finished less than MinJobAge ago).
 func (c *Client) Jobs(ctx context.Context) ([]JobInfo, error) {
+	l, err := c.JobsSince(ctx, 0)
+	return l.Jobs, err
+}
+
+// JobList is one answer of JobsSince.
+type JobList struct {
+	// Jobs is every job slurmctld still knows, unless Unchanged.
+	Jobs []JobInfo
+	// LastUpdate is slurmctld's time of this list, to ask for changes
+	// since; 0 when Unchanged.
+	LastUpdate int64
+	// Unchanged: no job changed since the list of the given time, and
+	// slurmctld sent none.
+	Unchanged bool
+}
+
+// JobsSince lists the cluster's jobs unless none changed since the list
+// whose LastUpdate is since (0: list in any case). slurmctld answers every
+// job or none (update_time filters whole answers, not jobs), and a change
+// within the second of since counts as a change, so a poller that passes
+// its last LastUpdate misses nothing and pays for a full answer only when
+// something changed.
+func (c *Client) JobsSince(ctx context.Context, since int64) (JobList, error) {
 	var out struct {
-		Jobs []JobInfo `json:"jobs"`
+		Jobs       []JobInfo `json:"jobs"`
+		LastUpdate *noVal    `json:"last_update"`
+		Warnings   []struct {
+			Description string `json:"description"`
+		} `json:"warnings"`
+	}
+	var param *string
+	if since > 0 {
+		param = ptrTo(strconv.FormatInt(since, 10))
 	}
 	err := c.call(ctx, "list jobs", c.ServiceUser, &out, func(e func(context.Context, *http.Request) error) (*http.Response, error) {
-		return c.api.jobs(ctx, e)
+		return c.api.jobs(ctx, param, e)
 	})
-	return out.Jobs, err
+	if err != nil {
+		return JobList{}, err
+	}
+	l := JobList{Jobs: out.Jobs}
+	l.LastUpdate, _ = out.LastUpdate.value()
+	if since > 0 && len(out.Jobs) == 0 {
+		for _, w := range out.Warnings {
+			l.Unchanged = l.Unchanged || strings.Contains(w.Description, "No job changes")
+		}
+		l.Unchanged = l.Unchanged || l.LastUpdate == 0
+	}
+	return l, nil
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // Job reads one job; ErrJobNotFound when slurmctld has forgotten it.
 func (c *Client) Job(ctx context.Context, id int32) (*JobInfo, error) {
