@@ -30,6 +30,7 @@ import (
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
@@ -94,8 +95,8 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		raw := rawJobSets(b, fleet.Spokes[0], n, i)
 		before := readHubCost()
-		ty := trainJobs(b, fleet, n, fmt.Sprintf("ty-%d", i))
-		cost := before.cells()
+		ty, load := trainJobs(b, fleet, n, fmt.Sprintf("ty-%d", i))
+		cost := append(before.cells(), load)
 		b.ReportMetric(float64(n)/raw.Seconds(), "raw-jobsets/s")
 		b.ReportMetric(float64(n)/ty.Seconds(), "trainjobs/s")
 		b.ReportMetric(raw.Seconds()/ty.Seconds(), "ratio")
@@ -107,10 +108,10 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 		template := clearTrainJobs(b, fleet)
 		addHistory(b, fleet, template, history, i)
 		before = readHubCost()
-		withHistory := trainJobs(b, fleet, n, fmt.Sprintf("hist-%d", i))
+		withHistory, load := trainJobs(b, fleet, n, fmt.Sprintf("hist-%d", i))
 		b.ReportMetric(float64(n)/withHistory.Seconds(), "trainjobs-with-history/s")
 		row(append(rateCells(fmt.Sprintf("Kubernetes: same, %d finished Dispatches cached", history), n, withHistory, raw),
-			before.cells()...)...)
+			append(before.cells(), load)...)...)
 		if i+1 < b.N {
 			clearTrainJobs(b, fleet)
 		}
@@ -255,10 +256,12 @@ func rawJobSet(ns, name string) *jobset.JobSet {
 }
 
 // trainJobs submits n TrainJobs to the hub and returns the time until every
-// one's Dispatch reports its remote work Running.
-func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) time.Duration {
+// one's Dispatch reports its remote work Running, and the agents' load on
+// the spokes' API servers meanwhile.
+func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) (time.Duration, string) {
 	ctx, c := context.Background(), fleet.Hub.Client
 	t0 := time.Now()
+	load := startAgentLoad(metrics.SystemSpoke)
 	parallel(b, n, func(i int) error {
 		return createTrainJob(ctx, c, tytesting.MakeTrainJob(fmt.Sprintf("%s-%d", prefix, i), "bench").Queue("lq").
 			RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(gpusPerTrainJob).Obj())
@@ -277,6 +280,7 @@ func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) time.Durat
 				perTarget[d.Spec.TargetName]++
 			}
 		}
+		load.sample(running)
 		return running, nil
 	}, n)
 	d := time.Since(t0)
@@ -285,7 +289,7 @@ func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) time.Durat
 			b.Fatalf("target %s was booked past its GPUs: %d jobs of %d GPUs on %d GPUs", target, jobs, gpusPerTrainJob, nodesPerSpoke*gpusPerNode)
 		}
 	}
-	return d
+	return d, load.cell()
 }
 
 // createTrainJob creates tj, again when the hub's pinning webhook answers

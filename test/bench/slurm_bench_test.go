@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -75,12 +74,16 @@ func BenchmarkSlurmDispatchThroughput(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		raw := rawSlurmJobs(b, c, n, i)
 		before := readHubCost()
-		ty := slurmTrainJobs(b, fleet, c, n, i)
+		ty, load := slurmRound(b, fleet, c, n, fmt.Sprintf("ty-%d-", i))
 		b.ReportMetric(float64(n)/raw.Seconds(), "raw-slurm-jobs/s")
 		b.ReportMetric(float64(n)/ty.Seconds(), "trainjobs/s")
 		b.ReportMetric(raw.Seconds()/ty.Seconds(), "ratio")
 		row(rateCells("Slurm: raw slurmrestd submissions", n, raw)...)
-		row(append(rateCells("Slurm: TrainJobs to one Slurm target", n, ty, raw), before.cells()...)...)
+		row(append(append(rateCells(fmt.Sprintf("Slurm: TrainJobs to one Slurm target (default queueDepth %d)", v1alpha1.DefaultSlurmQueueDepth),
+			n, ty, raw), before.cells()...), load)...)
+		if os.Getenv("TRAINYARD_BENCH_DEPTHS") != "0" {
+			slurmDepthRows(b, fleet, c, "hpc", n, i, raw)
+		}
 	}
 }
 
@@ -107,19 +110,6 @@ func rawSlurmJobs(b *testing.B, c *slurm.Client, n, round int) time.Duration {
 	parallel(b, n, func(i int) error {
 		_, err := c.Submit(context.Background(), shortJob(prefix+strconv.Itoa(i)))
 		return err
-	})
-	waitStarted(b, c, prefix, n)
-	return time.Since(t0)
-}
-
-func slurmTrainJobs(b *testing.B, fleet *kube.Fleet, c *slurm.Client, n, round int) time.Duration {
-	ctx, hub := context.Background(), fleet.Hub.Client
-	prefix := fmt.Sprintf("ty-%d-", round)
-	t0 := time.Now()
-	parallel(b, n, func(i int) error {
-		return createTrainJob(ctx, hub, tytesting.MakeTrainJob(prefix+strconv.Itoa(i), "bench").Queue("lq").
-			RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(1).
-			Command([]string{"true"}).Obj())
 	})
 	waitStarted(b, c, prefix, n)
 	return time.Since(t0)

@@ -29,8 +29,11 @@ func row(cells ...string) {
 
 // header: the hub's two figures are percentiles over the round, of a
 // decision with its writes (trainyard_decision_duration_seconds) and of
-// one dispatch-controller pass (controller_runtime_reconcile_time_seconds).
-var header = []string{"measure", "jobs", "seconds", "jobs/s", "ratio", "decision+writes p99", "reconcile p99"}
+// one dispatch-controller pass (controller_runtime_reconcile_time_seconds);
+// the agents' load is their requests to slurmrestd or the spokes' API
+// servers over the round (agentload_test.go).
+var header = []string{"measure", "jobs", "seconds", "jobs/s", "ratio", "decision+writes p99", "reconcile p99",
+	"agent requests/s to slurmrestd or spoke API"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
