@@ -48,6 +48,9 @@ const (
 	leaseDuration = 6 * time.Second
 	leaseGrace    = 4 * time.Second
 	renewEvery    = time.Second
+	// slurmInstance is the harness Slurm cluster of this suite, apart from
+	// the default one other suites share (slurmpair runs 1 and 2).
+	slurmInstance = 3
 )
 
 var env struct {
@@ -97,7 +100,7 @@ func run(m *testing.M) (code int) {
 		buildDone <- built{bins, err}
 	}()
 	var err error
-	if env.cluster, err = hslurm.Start(slurmCtx, hslurm.Options{}); err != nil {
+	if env.cluster, err = hslurm.Start(slurmCtx, hslurm.Options{Instance: slurmInstance}); err != nil {
 		fmt.Fprintln(os.Stderr, "start Slurm:", err)
 		return 1
 	}
