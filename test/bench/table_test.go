@@ -31,9 +31,11 @@ func row(cells ...string) {
 // decision with its writes (trainyard_decision_duration_seconds) and of
 // one dispatch-controller pass (controller_runtime_reconcile_time_seconds);
 // the agents' load is their requests to slurmrestd or the spokes' API
-// servers over the round (agentload_test.go).
+// servers over the round (agentload_test.go); the side-by-side rows time
+// each job from its create on the hub to its remote JobSet (arrivals_test.go),
+// and the scale rows put what has no column of its own in the notes.
 var header = []string{"measure", "jobs", "seconds", "jobs/s", "ratio", "decision+writes p99", "reconcile p99",
-	"agent requests/s to slurmrestd or spoke API"}
+	"agent requests/s to slurmrestd or spoke API", "to remote p50", "to remote p95", "notes"}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -68,18 +70,7 @@ func histogram(name string, labels map[string]string) hist {
 	if err != nil {
 		return hist{}
 	}
-	var h hist
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if matches(m, labels) {
-				h.add(m.GetHistogram())
-			}
-		}
-	}
-	return h
+	return histogramIn(families, name, labels)
 }
 
 func matches(m *dto.Metric, labels map[string]string) bool {
