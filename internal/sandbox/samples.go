@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
@@ -34,12 +35,21 @@ const (
 	// applying those to the sandbox hub leaves the samples' own alone.
 	sampleRuntime = "sandbox-torch"
 	queueLabel    = "kueue.x-k8s.io/queue-name"
+	// SlurmQueue queues TorchSample onto the Slurm target alone: its
+	// ClusterQueue's flavor hpcFlavor is served by "hpc" only.
+	SlurmQueue = "hpc"
+	hpcFlavor  = "hpc"
+	// TorchSample runs real PyTorch on Slurm: torchrun and a gloo
+	// all-reduce across 2 nodes, one process each.
+	TorchSample = "torch-allreduce"
 )
 
 // startTrainyard sets up a sample quota (a ClusterQueue with trainyard's
 // admission check), a torch runtime, and runs the hub and one agent per
-// spoke and for the Slurm cluster in this process. The Slurm target "hpc" serves the same flavor from its gpu
-// partition, running team-a's jobs as the Unix user alice.
+// spoke and for the Slurm cluster in this process. The Slurm target "hpc"
+// serves the same flavor from its gpu partition, running team-a's jobs as
+// the Unix user alice, and also the flavor of queue team-a/hpc, which no
+// spoke serves (setUpSlurmQueue).
 func startTrainyard(ctx context.Context, f *fleet.Fleet, sl *slurm.Cluster, o Options) (*controllers.Controllers, error) {
 	gpus := int64(o.Spokes*o.Nodes) * o.GPUsPerNode
 	if sl != nil {
@@ -72,10 +82,22 @@ func startTrainyard(ctx context.Context, f *fleet.Fleet, sl *slurm.Cluster, o Op
 		}
 	}
 	if sl != nil {
+		if err := setUpSlurmQueue(ctx, f); err != nil {
+			return nil, err
+		}
 		opts.Slurm = []controllers.SlurmTarget{{Name: "hpc", Cluster: sl, APIVersion: "v0.0.42",
-			Accounts: []v1alpha1.SlurmAccount{{Namespace: SampleNamespace, User: "alice"}}}}
+			Partitions: []v1alpha1.SlurmPartition{{Flavor: sampleFlavor, Partition: "gpu"}, {Flavor: hpcFlavor, Partition: "gpu"}},
+			Accounts:   []v1alpha1.SlurmAccount{{Namespace: SampleNamespace, User: "alice"}}}}
 	}
 	return controllers.Start(ctx, f, opts)
+}
+
+// setUpSlurmQueue makes queue team-a/hpc, whose flavor only the Slurm
+// target serves.
+func setUpSlurmQueue(ctx context.Context, f *fleet.Fleet) error {
+	return controllers.SetUpQueue(ctx, f.Hub, controllers.Queue{
+		ClusterQueue: "team-a-hpc", Namespace: SampleNamespace, LocalQueue: SlurmQueue, Flavor: hpcFlavor, GPUs: fmt.Sprint(slurmGPUs),
+	})
 }
 
 // slurmGPUs are the GPUs of the sandbox Slurm cluster's gpu partition.
@@ -143,6 +165,56 @@ func sampleTrainJob(name string) *trainer.TrainJob {
 			},
 		},
 	}
+}
+
+// allReduce sums rank+1 over every rank with gloo and prints the result:
+// with 2 ranks, "sum=3" on each.
+const allReduce = `import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+print(f"allreduce rank={dist.get_rank()} world={dist.get_world_size()} sum={t.item():g}", flush=True)
+dist.destroy_process_group()
+`
+
+// torchSample is TorchSample: torchrun, started by trainyard's torchrun
+// launcher on 2 Slurm nodes of 1 GPU each (so one process each), runs a
+// gloo all-reduce on the CPU (the chroot's Debian PyTorch). All emulated
+// nodes are one host, so gloo uses loopback.
+func torchSample() *trainer.TrainJob {
+	tj := sampleTrainJob(TorchSample)
+	tj.Labels[queueLabel] = SlurmQueue
+	one := *resource.NewQuantity(1, resource.DecimalSI)
+	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{fleet.GPUResource: one},
+		Limits:   corev1.ResourceList{fleet.GPUResource: one},
+	}
+	tj.Spec.Trainer.Command = []string{"torchrun", "--no-python", "python3", "-c", allReduce}
+	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "GLOO_SOCKET_IFNAME", Value: "lo"}}
+	return tj
+}
+
+// submitTorchSample submits TorchSample. Its runtime's pinned copy may be
+// only milliseconds old, and Kueue's TrainJob webhook reads runtimes from
+// its own cache: a "not found" is retried for a few seconds, as kubectl
+// users would.
+func submitTorchSample(ctx context.Context, f *fleet.Fleet) error {
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if err = f.Hub.Client.Create(ctx, torchSample()); err == nil || !strings.Contains(err.Error(), "not found") || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("submit %s: %w", TorchSample, err)
+	}
+	return nil
 }
 
 // submitSamples submits n sample TrainJobs.

@@ -138,8 +138,8 @@ func Start(ctx context.Context, o Options) (s *Sandbox, err error) {
 		return s, err
 	}
 	if s.Slurm != nil && o.Samples > 0 {
-		if err = s.Fleet.Hub.Client.Create(ctx, torchSample()); err != nil {
-			return s, fmt.Errorf("submit %s: %w", TorchSample, err)
+		if err = submitTorchSample(ctx, s.Fleet); err != nil {
+			return s, err
 		}
 		progress("submitted %s to queue %s/%s: real PyTorch (torchrun, gloo all-reduce) on the Slurm target hpc", TorchSample, SampleNamespace, SlurmQueue)
 	}
