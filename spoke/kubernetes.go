@@ -85,8 +85,10 @@ func SpokeScheme() *runtime.Scheme {
 // NewKubernetesAgent builds the agent of a Kubernetes spoke. It reads its
 // Target from the hub for the agent namespace, the prefix of the spoke's
 // tenant namespaces, the pod policy (Pod Security level, allowed pod
-// fields) and the topology levels, so an administrator configures a spoke
-// in one place. A Target change reaches the agent when it restarts.
+// fields, egress allowance) and the topology levels, so an administrator
+// configures a spoke in one place. Changes of the pod policy and egress
+// allowance apply at once (setupTargetSettings); of the agent namespace,
+// prefix, backend and topology levels when the agent restarts.
 func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOptions) (ctrl.Manager, error) {
 	hubCfg, spokeCfg := withRate(hubCfg, o.QPS, o.Burst), withRate(o.Spoke, o.QPS, o.Burst)
 	spokeCfg.Wrap(metrics.CountRequests(metrics.SystemSpoke)) // the agent's load on the spoke's API server
@@ -119,6 +121,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	opts.Target, opts.Namespace = t.Name, ns
 	opts.Caches = append(opts.Caches, spoke.GetCache())
 	k := t.Spec.Kubernetes
+	settings := kubework.SettingsOf(k)
 	binding, err := tenantBinding(ctx, logs, o.TenantRole)
 	if err != nil {
 		return nil, err
@@ -129,7 +132,8 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 			return nil, err
 		}
 		opts.Backend = lws.New(spoke.GetClient(), lws.Options{
-			Namespace: k.Namespace, Policy: kubework.PolicyOf(k), Binding: binding, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
+			Namespace: k.Namespace, Policy: settings.Policy, Egress: settings.Egress, Binding: binding, TopologyLevels: k.TopologyLevels,
+			LiveReader: spoke.GetAPIReader(), Logs: logs,
 		})
 		// A LeaderWorkerSet's job ends in its pods' container statuses.
 		opts.RemoteEvents = append(opts.RemoteEvents,
@@ -140,12 +144,16 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 			return nil, err
 		}
 		opts.Backend = jobset.New(spoke.GetClient(), jobset.Options{
-			Namespace: k.Namespace, Policy: kubework.PolicyOf(k), Binding: binding, TopologyLevels: k.TopologyLevels, LiveReader: spoke.GetAPIReader(), Logs: logs,
+			Namespace: k.Namespace, Policy: settings.Policy, Egress: settings.Egress, Binding: binding, TopologyLevels: k.TopologyLevels,
+			LiveReader: spoke.GetAPIReader(), Logs: logs,
 		})
 		opts.RemoteEvents = append(opts.RemoteEvents, source.Kind(spoke.GetCache(), &jobsetv1alpha2.JobSet{},
 			handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*jobsetv1alpha2.JobSet])))
 	default:
 		return nil, fmt.Errorf("target %s: spec.kubernetes.backend %q is not JobSet or LeaderWorkerSet", t.Name, k.Backend)
+	}
+	if err := setupTargetSettings(mgr, t.Name, opts.Backend.(SettingsUpdater), settings); err != nil {
+		return nil, err
 	}
 	return mgr, Setup(mgr, opts)
 }

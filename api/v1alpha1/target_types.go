@@ -171,6 +171,11 @@ type KubernetesTarget struct {
 	// +optional
 	AllowedPodFields *AllowedPodFields `json:"allowedPodFields,omitempty"`
 
+	// networkPolicy is what tenant pods may reach beyond their own job's
+	// pods and DNS (default: nothing).
+	// +optional
+	NetworkPolicy *TenantNetworkPolicy `json:"networkPolicy,omitempty"`
+
 	// topologyLevels are node label keys from the widest domain to the
 	// narrowest (for example block, rack, hostname). The agent publishes free
 	// capacity per domain of these levels.

@@ -41,7 +41,11 @@ type Options struct {
 	Namespace string
 	// Policy is what tenants may put in pod specs: the Target's
 	// podSecurity (which the tenant namespaces enforce) and allowedPodFields.
+	// UpdateSettings replaces it.
 	Policy kubework.PodPolicy
+	// Egress is the Target's spec.kubernetes.networkPolicy.egress, made
+	// into each tenant namespace's egress allowance.
+	Egress []v1alpha1.EgressRule
 	// Binding, when set, is bound in each tenant namespace the backend
 	// makes, so the agent's write rights end at its tenant namespaces.
 	Binding *kubework.TenantBinding
@@ -63,6 +67,8 @@ type Backend struct {
 	c          client.Client
 	opts       Options
 	namespaces *kubework.Namespaces
+	// policy is opts.Policy until UpdateSettings replaces it.
+	policy *kubework.LivePolicy
 }
 
 var (
@@ -79,8 +85,16 @@ func New(c client.Client, opts Options) *Backend {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	ns := &kubework.Namespaces{Prefix: opts.Namespace, Level: opts.Policy.Level, Binding: opts.Binding, Reader: opts.LiveReader}
-	return &Backend{c: c, opts: opts, namespaces: ns}
+	ns := &kubework.Namespaces{Prefix: opts.Namespace, Level: opts.Policy.Level, Egress: opts.Egress, Binding: opts.Binding, Reader: opts.LiveReader}
+	return &Backend{c: c, opts: opts, namespaces: ns, policy: kubework.NewLivePolicy(opts.Policy)}
+}
+
+// UpdateSettings applies a changed Target without a restart: the next
+// render checks pods against s.Policy, and each tenant namespace gets the
+// new Pod Security level and egress allowance at its next job.
+func (b *Backend) UpdateSettings(s kubework.Settings) {
+	b.policy.Store(s.Policy)
+	b.namespaces.Update(s.Policy.Level, s.Egress)
 }
 
 func (b *Backend) ref(key client.ObjectKey) *v1alpha1.RemoteRef {
@@ -94,7 +108,7 @@ func (b *Backend) key(d *v1alpha1.Dispatch) client.ObjectKey {
 
 // renderOptions render d for this backend's Target.
 func (b *Backend) renderOptions(ns string) RenderOptions {
-	return RenderOptions{Namespace: ns, Policy: b.opts.Policy}
+	return RenderOptions{Namespace: ns, Policy: b.policy.Load()}
 }
 
 // get reads a JobSet, confirming a cached "not found" with a live read.

@@ -5,12 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -22,8 +24,8 @@ import (
 
 // Tenancy: every hub namespace (a tenant) runs its jobs in a spoke
 // namespace of its own, TenantNamespace(prefix, hub namespace), which the
-// agent makes with Pod Security labels, a default-deny NetworkPolicy and a
-// DNS exception. Each job adds a NetworkPolicy of its own (JobNetworkPolicy)
+// agent makes with Pod Security labels, a default-deny NetworkPolicy, a
+// DNS exception and the Target's egress allowance. Each job adds a NetworkPolicy of its own (JobNetworkPolicy)
 // that lets its pods reach each other and nothing else.
 const (
 	// DefaultNamespacePrefix is the Target API's default spec.kubernetes.namespace.
@@ -34,6 +36,8 @@ const (
 	// tenant namespace.
 	PolicyDefaultDeny = "trainyard-default-deny"
 	PolicyAllowDNS    = "trainyard-allow-dns"
+	// PolicyAllowEgress holds the Target's egress allowance (EgressPolicy).
+	PolicyAllowEgress = "trainyard-allow-egress"
 
 	podSecurityEnforce        = "pod-security.kubernetes.io/enforce"
 	podSecurityEnforceVersion = "pod-security.kubernetes.io/enforce-version"
@@ -109,8 +113,9 @@ func TenantNamespaceObject(name, tenant string, level v1alpha1.PodSecurityLevel)
 }
 
 // TenantNetworkPolicies are the NetworkPolicies of every tenant namespace:
-// all ingress and egress denied, except DNS (port 53 to kube-system).
-func TenantNetworkPolicies(ns string) []*networkingv1.NetworkPolicy {
+// all ingress and egress denied, except DNS (port 53 to kube-system) and
+// the Target's egress allowance (EgressPolicy).
+func TenantNetworkPolicies(ns string, egress []v1alpha1.EgressRule) []*networkingv1.NetworkPolicy {
 	labels := map[string]string{backends.LabelManagedBy: backends.ManagedByValue}
 	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
 	dns := intstr.FromInt32(53)
@@ -132,7 +137,34 @@ func TenantNetworkPolicies(ns string) []*networkingv1.NetworkPolicy {
 				}},
 			},
 		},
+		EgressPolicy(ns, egress),
 	}
+}
+
+// EgressPolicy is the NetworkPolicy PolicyAllowEgress of a tenant
+// namespace: every pod there may reach the Target's spec.kubernetes.
+// networkPolicy.egress blocks, on their ports. With no rules it allows
+// nothing, so it is always there and a Target change only updates it.
+func EgressPolicy(ns string, egress []v1alpha1.EgressRule) *networkingv1.NetworkPolicy {
+	p := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: PolicyAllowEgress, Namespace: ns,
+			Labels: map[string]string{backends.LabelManagedBy: backends.ManagedByValue}},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}},
+	}
+	for _, r := range egress {
+		rule := networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{
+			IPBlock: &networkingv1.IPBlock{CIDR: r.CIDR, Except: slices.Clone(r.Except)}}}}
+		for _, port := range r.Ports {
+			proto := corev1.Protocol(port.Protocol)
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			num := intstr.FromInt32(port.Port)
+			rule.Ports = append(rule.Ports, networkingv1.NetworkPolicyPort{Protocol: &proto, Port: &num, EndPort: port.EndPort})
+		}
+		p.Spec.Egress = append(p.Spec.Egress, rule)
+	}
+	return p
 }
 
 // JobNetworkPolicy lets the pods of one job (those labelled key=value:
@@ -165,14 +197,17 @@ type TenantBinding struct {
 	Subject     rbacv1.Subject
 }
 
-// Namespaces makes tenant namespaces ready once per process: created when
-// missing, their Pod Security labels set to the Target's level, the agent's
-// RoleBinding (with a Binding) and the NetworkPolicies created. A restarted
-// agent checks each again on its first job there, so a crash between these
-// steps is mended.
+// Namespaces makes tenant namespaces ready once per process, and again
+// after Update: created when missing, their Pod Security labels set to the
+// Target's level, the agent's RoleBinding (with a Binding) and the
+// NetworkPolicies created, the egress allowance kept as the Target says. A
+// restarted agent checks each again on its first job there, so a crash
+// between these steps is mended.
 type Namespaces struct {
 	Prefix string
 	Level  v1alpha1.PodSecurityLevel
+	// Egress is the Target's spec.kubernetes.networkPolicy.egress.
+	Egress []v1alpha1.EgressRule
 	// Binding, when set, is bound in every tenant namespace.
 	Binding *TenantBinding
 	// Reader reads live (nil: the client).
@@ -182,24 +217,40 @@ type Namespaces struct {
 	ready map[string]bool
 }
 
+// Update applies a changed Target's level and egress allowance: each
+// namespace is checked again at its next job. It reports whether anything
+// changed.
+func (n *Namespaces) Update(level v1alpha1.PodSecurityLevel, egress []v1alpha1.EgressRule) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.Level == level && equality.Semantic.DeepEqual(n.Egress, egress) {
+		return false
+	}
+	n.Level, n.Egress, n.ready = level, slices.Clone(egress), nil
+	return true
+}
+
 // Ensure makes the namespace of d's new remote work ready and returns it.
 func (n *Namespaces) Ensure(ctx context.Context, c client.Client, d *v1alpha1.Dispatch) (string, error) {
 	ns := NamespaceOf(n.Prefix, d)
 	n.mu.Lock()
-	done := n.ready[ns]
+	done, level, egress := n.ready[ns], n.Level, n.Egress
 	n.mu.Unlock()
 	if done || ns == n.Prefix {
 		// The pre-tenancy namespace is the administrator's, as it was.
 		return ns, nil
 	}
-	if err := n.ensure(ctx, c, ns, d.Spec.Workload.Namespace); err != nil {
+	if err := n.ensure(ctx, c, ns, d.Spec.Workload.Namespace, level, egress); err != nil {
 		return "", err
 	}
 	n.mu.Lock()
 	if n.ready == nil {
 		n.ready = map[string]bool{}
 	}
-	n.ready[ns] = true
+	// Unless an Update came in meanwhile: then check again next time.
+	if n.Level == level && equality.Semantic.DeepEqual(n.Egress, egress) {
+		n.ready[ns] = true
+	}
 	n.mu.Unlock()
 	return ns, nil
 }
@@ -212,12 +263,12 @@ func (n *Namespaces) Forget(ns string) {
 	n.mu.Unlock()
 }
 
-func (n *Namespaces) ensure(ctx context.Context, c client.Client, ns, tenant string) error {
+func (n *Namespaces) ensure(ctx context.Context, c client.Client, ns, tenant string, level v1alpha1.PodSecurityLevel, egress []v1alpha1.EgressRule) error {
 	reader := n.Reader
 	if reader == nil {
 		reader = c
 	}
-	want := TenantNamespaceObject(ns, tenant, n.Level)
+	want := TenantNamespaceObject(ns, tenant, level)
 	var have corev1.Namespace
 	err := reader.Get(ctx, client.ObjectKey{Name: ns}, &have)
 	switch {
@@ -250,10 +301,35 @@ func (n *Namespaces) ensure(ctx context.Context, c client.Client, ns, tenant str
 			return fmt.Errorf("bind %s in namespace %s: %w", n.Binding.ClusterRole, ns, err)
 		}
 	}
-	for _, p := range TenantNetworkPolicies(ns) {
-		if err := c.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create networkpolicy %s/%s: %w", ns, p.Name, err)
+	for _, p := range TenantNetworkPolicies(ns, egress) {
+		if err := ensurePolicy(ctx, c, reader, p); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// ensurePolicy creates p, or brings the egress allowance, which follows the
+// Target, back to p's spec. The other policies are never changed: an
+// administrator's edit of them stays.
+func ensurePolicy(ctx context.Context, c client.Client, reader client.Reader, p *networkingv1.NetworkPolicy) error {
+	err := c.Create(ctx, p)
+	if err == nil || !apierrors.IsAlreadyExists(err) || p.Name != PolicyAllowEgress {
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create networkpolicy %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		return nil
+	}
+	var have networkingv1.NetworkPolicy
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(p), &have); err != nil {
+		return fmt.Errorf("get networkpolicy %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	if equality.Semantic.DeepEqual(have.Spec, p.Spec) {
+		return nil
+	}
+	have.Spec = p.Spec
+	if err := c.Update(ctx, &have); err != nil {
+		return fmt.Errorf("update networkpolicy %s/%s to the target's egress allowance: %w", p.Namespace, p.Name, err)
 	}
 	return nil
 }

@@ -28,6 +28,8 @@ type Options struct {
 	// agent its rights in each tenant namespace (see jobset.Options).
 	Policy  kubework.PodPolicy
 	Binding *kubework.TenantBinding
+	// Egress is the Target's egress allowance (see jobset.Options).
+	Egress []v1alpha1.EgressRule
 	// TopologyLevels are the node labels Capacity groups free GPUs by.
 	TopologyLevels []string
 	// LiveReader reads the API server directly, so "not found" is true
@@ -43,6 +45,8 @@ type Backend struct {
 	c          client.Client
 	opts       Options
 	namespaces *kubework.Namespaces
+	// policy is opts.Policy until UpdateSettings replaces it.
+	policy *kubework.LivePolicy
 	// nodes reports the spoke's capacity: nodes and pod requests are the
 	// same whichever workload API made the pods.
 	nodes *jobset.Backend
@@ -63,9 +67,16 @@ func New(c client.Client, opts Options) *Backend {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	ns := &kubework.Namespaces{Prefix: opts.Namespace, Level: opts.Policy.Level, Binding: opts.Binding, Reader: opts.LiveReader}
-	return &Backend{c: c, opts: opts, namespaces: ns,
+	ns := &kubework.Namespaces{Prefix: opts.Namespace, Level: opts.Policy.Level, Egress: opts.Egress, Binding: opts.Binding, Reader: opts.LiveReader}
+	return &Backend{c: c, opts: opts, namespaces: ns, policy: kubework.NewLivePolicy(opts.Policy),
 		nodes: jobset.New(c, jobset.Options{Namespace: opts.Namespace, TopologyLevels: opts.TopologyLevels})}
+}
+
+// UpdateSettings applies a changed Target without a restart (see
+// jobset.Backend.UpdateSettings).
+func (b *Backend) UpdateSettings(s kubework.Settings) {
+	b.policy.Store(s.Policy)
+	b.namespaces.Update(s.Policy.Level, s.Egress)
 }
 
 // key is where d's LeaderWorkerSet is: its tenant's namespace, its remote name.
@@ -74,7 +85,7 @@ func (b *Backend) key(d *v1alpha1.Dispatch) client.ObjectKey {
 }
 
 func (b *Backend) render(d *v1alpha1.Dispatch, ns string) (*Rendered, error) {
-	return Render(d, jobset.RenderOptions{Namespace: ns, Policy: b.opts.Policy})
+	return Render(d, jobset.RenderOptions{Namespace: ns, Policy: b.policy.Load()})
 }
 
 // Capacity is the spoke's capacity, as the JobSet backend counts it.

@@ -39,6 +39,9 @@ func AgentRBAC(t *v1alpha1.Target, subject rbacv1.Subject) []client.Object {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{group}, Resources: []string{"targets", "targets/status"}, ResourceNames: []string{t.Name}, Verbs: []string{"get", "update", "patch"}},
+			// A watch of its own Target only (a field selector on its name),
+			// so spec changes apply without a restart.
+			{APIGroups: []string{group}, Resources: []string{"targets"}, ResourceNames: []string{t.Name}, Verbs: []string{"list", "watch"}},
 		},
 	}
 	return []client.Object{

@@ -51,8 +51,10 @@ func TestAgentRBACManifest(t *testing.T) {
 	}
 }
 
-// TestAgentRBACGrantsNothingClusterWide: the only cluster-scoped rule names
-// the agent's own Target; everything else is namespaced.
+// TestAgentRBACGrantsNothingClusterWide: the only cluster-scoped rules name
+// the agent's own Target; everything else is namespaced. list and watch
+// with a resource name allow only a field selector on that name (the
+// agent's watch of its Target's spec).
 func TestAgentRBACGrantsNothingClusterWide(t *testing.T) {
 	for _, obj := range AgentRBAC(tytesting.MakeKubernetesTarget("s", "gpu").Obj(), rbacv1.Subject{Kind: rbacv1.UserKind, Name: "a"}) {
 		cr, ok := obj.(*rbacv1.ClusterRole)
@@ -64,7 +66,7 @@ func TestAgentRBACGrantsNothingClusterWide(t *testing.T) {
 				t.Errorf("cluster-wide rule not limited to the target: %+v", r)
 			}
 			for _, v := range r.Verbs {
-				if v == "list" || v == "watch" || v == "create" || v == "delete" || v == "*" {
+				if v == "create" || v == "delete" || v == "deletecollection" || v == "*" {
 					t.Errorf("cluster-wide rule grants %s: %+v", v, r)
 				}
 			}

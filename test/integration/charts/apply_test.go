@@ -128,6 +128,18 @@ func TestChartsOnAPIServer(t *testing.T) {
 	}, util.Timeout, util.Interval).Should(Succeed())
 	_, err = b.Cancel(call(), d)
 	g.Expect(err).NotTo(HaveOccurred(), "Cancel as the agent")
+	// A Target change reaches the namespace at the next job, as the agent.
+	egress := []v1alpha1.EgressRule{{CIDR: "10.20.0.0/16", Ports: []v1alpha1.EgressPort{{Protocol: v1alpha1.EgressProtocolTCP, Port: 443}}}}
+	b.UpdateSettings(kubework.Settings{Egress: egress})
+	d2 := tyt.MakeDispatch("rbac-2", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tyt.TorchRuntimeSpec(1)).
+		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 1}).Attempt(2).Obj()
+	_, err = b.Submit(call(), d2)
+	g.Expect(err).NotTo(HaveOccurred(), "Submit as the agent after the Target's egress changed")
+	var allow networkingv1.NetworkPolicy
+	g.Expect(c.Client.Get(ctx, client.ObjectKey{Namespace: tenantNS, Name: kubework.PolicyAllowEgress}, &allow)).To(Succeed())
+	g.Expect(allow.Spec.Egress).To(HaveLen(1))
+	g.Expect(allow.Spec.Egress[0].To[0].IPBlock.CIDR).To(Equal("10.20.0.0/16"))
 
 	direct, err := client.New(cfg, client.Options{Scheme: spoke.SpokeScheme()})
 	g.Expect(err).NotTo(HaveOccurred())

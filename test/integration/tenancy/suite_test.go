@@ -5,9 +5,12 @@
 package tenancy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +33,10 @@ const (
 )
 
 var (
-	fleet *kube.Fleet
+	// controllerLog holds everything the hub and the agent log, for the
+	// check that no secret reaches it.
+	controllerLog syncBuffer
+	fleet         *kube.Fleet
 	spoke *kube.Cluster
 	// nsA and nsB are the tenants' namespaces on the spoke.
 	nsA = kubework.TenantNamespace(prefix, tenantA)
@@ -42,7 +48,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (code int) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-controllers.log")), zap.UseDevMode(true)))
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(util.LogSink("trainyard-controllers.log"), &controllerLog)), zap.UseDevMode(true)))
 	ctx := context.Background()
 	f, err := kube.StartFleet(ctx, kube.FleetOptions{Spokes: 1, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
 	if err != nil {
@@ -83,4 +89,22 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	return m.Run()
+}
+
+// syncBuffer is a bytes.Buffer the controllers' goroutines may write at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -63,7 +63,8 @@ func condition(g Gomega, tj *trainer.TrainJob, typ string) *metav1.Condition {
 // TestTenantsAreIsolatedOnOneSpoke: team-a runs an MPI job on Kubeflow's
 // deepspeed-distributed and team-b a torch job on torch-distributed, both
 // as shipped, on one spoke. Each lands in its own namespace, which enforces
-// Pod Security baseline and denies all traffic but DNS and the job's own;
+// Pod Security baseline and denies all traffic but DNS and the job's own
+// (the Target allows no further egress);
 // team-b's runtime patches that reach for the host, another identity or
 // team-a's SSH keys are refused on the hub, and team-a's job completes.
 func TestTenantsAreIsolatedOnOneSpoke(t *testing.T) {
@@ -101,6 +102,11 @@ func TestTenantsAreIsolatedOnOneSpoke(t *testing.T) {
 		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: kubework.PolicyAllowDNS}, &dns)).To(Succeed())
 		g.Expect(dns.Spec.Egress).To(HaveLen(1))
 		g.Expect(dns.Spec.Egress[0].Ports).To(HaveLen(2))
+		// The Target allows no further egress.
+		var allow networkingv1.NetworkPolicy
+		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: kubework.PolicyAllowEgress}, &allow)).To(Succeed())
+		g.Expect(allow.Spec.PolicyTypes).To(ConsistOf(networkingv1.PolicyTypeEgress))
+		g.Expect(allow.Spec.Egress).To(BeEmpty())
 	}
 	// Each job's pods may reach each other, through a policy owned by its JobSet.
 	for _, js := range []jobsetapi.JobSet{jsA, jsB} {
