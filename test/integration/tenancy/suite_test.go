@@ -37,7 +37,7 @@ var (
 	// check that no secret reaches it.
 	controllerLog syncBuffer
 	fleet         *kube.Fleet
-	spoke *kube.Cluster
+	spoke         *kube.Cluster
 	// nsA and nsB are the tenants' namespaces on the spoke.
 	nsA = kubework.TenantNamespace(prefix, tenantA)
 	nsB = kubework.TenantNamespace(prefix, tenantB)
