@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,18 +28,24 @@ func LogPath(dir string) string { return filepath.Join(dir, logFile) }
 func ReadyPath(dir string) string { return filepath.Join(dir, readyFile) }
 
 // Running returns the pid of the process that runs the sandbox in dir, if
-// one runs: the pid file names a live process whose command line names dir.
+// one runs: that process holds a lock on the pid file (Claim) until it
+// exits, however it exits.
 func Running(dir string) (int, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	f, err := os.Open(filepath.Join(dir, pidFile))
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return 0, false
+	}
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return 0, false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 || !Alive(pid) {
-		return 0, false
-	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !bytes.Contains(cmdline, []byte(dir)) {
+	if err != nil || pid <= 0 {
 		return 0, false
 	}
 	return pid, true
@@ -58,25 +65,47 @@ func Alive(pid int) bool {
 	return b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
+// claimed is the pid file this process holds locked.
+var claimed *os.File
+
 // Claim records this process as the one running the sandbox in dir, or
-// fails if another one runs it.
+// fails if another one runs it. The lock it takes lasts until Release or
+// the process's end.
 func Claim(dir string) error {
-	if pid, ok := Running(dir); ok && pid != os.Getpid() {
-		return fmt.Errorf("a sandbox runs in %s already (pid %d): stop it with `trainyard dev down --dir %s`", dir, pid, dir)
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, pidFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		pid, _ := Running(dir)
+		return fmt.Errorf("a sandbox runs in %s already (pid %d): stop it with `trainyard dev down --dir %s`", dir, pid, dir)
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		f.Close()
+		return err
+	}
+	claimed = f
+	return nil
 }
 
-// Release removes the pid and ready files of this process's sandbox.
+// Release removes the pid and ready files of this process's sandbox and
+// lets go of its lock.
 func Release(dir string) {
-	if pid, ok := Running(dir); ok && pid != os.Getpid() {
+	if claimed == nil {
 		return
 	}
 	_ = os.Remove(filepath.Join(dir, pidFile))
 	_ = os.Remove(ReadyPath(dir))
+	_ = claimed.Close()
+	claimed = nil
 }
 
 // MarkReady writes how to reach the sandbox in dir.
