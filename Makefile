@@ -73,6 +73,10 @@ integration: tools slurm-root ## Integration tests against real control planes, 
 conformance: tools slurm-root ## Kubeflow's shipped runtimes, applied unchanged, against a JobSet, an LWS and a Slurm target: prints the matrix.
 	set -o pipefail; go test $(INTEGRATION_FLAGS) -v -run TestShippedRuntimesOnEveryTarget ./test/integration/conformance/ | grep -v '^=== RUN'
 
+.PHONY: chaos
+chaos: tools slurm-root ## SIGKILL chaos suite: hub and agents as processes killed at random during a burst of 100 TrainJobs (TRAINYARD_CHAOS_SEED repeats one).
+	TRAINYARD_CHAOS=1 go test $(INTEGRATION_FLAGS) -v -run TestSIGKILLDuringBurst ./test/integration/chaos/
+
 .PHONY: test
 test: fmt vet unit integration ## Everything CI runs: format, vet, unit and integration tests.
 
