@@ -167,9 +167,10 @@ func sampleTrainJob(name string) *trainer.TrainJob {
 	}
 }
 
-// allReduce sums rank+1 over every rank with gloo and prints the result:
-// with 2 ranks, "sum=3" on each.
-const allReduce = `import torch
+// AllReduceProgram sums rank+1 over every rank with gloo and prints the
+// result: with 2 ranks, "sum=3" on each. The sandbox's torch sample runs it,
+// and the Slurm suites check its output.
+const AllReduceProgram = `import torch
 import torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank() + 1)])
@@ -190,7 +191,7 @@ func torchSample() *trainer.TrainJob {
 		Requests: corev1.ResourceList{fleet.GPUResource: one},
 		Limits:   corev1.ResourceList{fleet.GPUResource: one},
 	}
-	tj.Spec.Trainer.Command = []string{"torchrun", "--no-python", "python3", "-c", allReduce}
+	tj.Spec.Trainer.Command = []string{"torchrun", "--no-python", "python3", "-c", AllReduceProgram}
 	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "GLOO_SOCKET_IFNAME", Value: "lo"}}
 	return tj
 }

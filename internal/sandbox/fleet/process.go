@@ -81,8 +81,11 @@ func (p *Process) Stop(grace time.Duration) {
 }
 
 // LogTail returns the last n bytes of the process log.
-func (p *Process) LogTail(n int) string {
-	b, err := os.ReadFile(p.LogPath)
+func (p *Process) LogTail(n int) string { return Tail(p.LogPath, n) }
+
+// Tail returns the last n bytes of a log file, from the first whole line.
+func Tail(path string, n int) string {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
 	}

@@ -6,7 +6,6 @@
 package procs
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 )
 
@@ -107,7 +107,7 @@ func (p *Process) Start() error {
 		p.mu.Lock()
 		p.err = err
 		if !p.killed {
-			p.crashes = append(p.crashes, fmt.Sprintf("%s exited by itself (%v):\n%s", p.Name, err, tail(p.LogPath, 3000)))
+			p.crashes = append(p.crashes, fmt.Sprintf("%s exited by itself (%v):\n%s", p.Name, err, fleet.Tail(p.LogPath, 3000)))
 		}
 		p.mu.Unlock()
 		close(done)
@@ -182,21 +182,7 @@ func (p *Process) Crashes() []string {
 }
 
 // LogTail returns the last n bytes of the process log.
-func (p *Process) LogTail(n int) string { return tail(p.LogPath, n) }
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > n {
-		b = b[len(b)-n:]
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			b = b[i+1:]
-		}
-	}
-	return string(b)
-}
+func (p *Process) LogTail(n int) string { return fleet.Tail(p.LogPath, n) }
 
 // WriteKubeconfig writes cfg (server, CA, client certificate or bearer
 // token) as a kubeconfig file only its owner can read.

@@ -11,18 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/internal/sandbox"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
-
-// allReduce sums rank+1 over every rank with gloo and prints the result.
-const allReduce = `import torch
-import torch.distributed as dist
-dist.init_process_group("gloo")
-t = torch.tensor([float(dist.get_rank() + 1)])
-dist.all_reduce(t)
-print(f"allreduce rank={dist.get_rank()} world={dist.get_world_size()} sum={t.item():g}", flush=True)
-dist.destroy_process_group()
-`
 
 // TestTorchrunAllReduce runs real PyTorch: torchrun, started by trainyard's
 // torchrun launcher on 2 Slurm nodes, rendezvous through the PET_*
@@ -30,7 +21,7 @@ dist.destroy_process_group()
 // back with `trainyard logs`.
 func TestTorchrunAllReduce(t *testing.T) {
 	makeRuntime(t, "torch-real-slurm", tytesting.TorchRuntimeSpec(1))
-	tj := trainJob("allreduce", "torch-real-slurm", 2, 1, "torchrun", "--no-python", "python3", "-c", allReduce)
+	tj := trainJob("allreduce", "torch-real-slurm", 2, 1, "torchrun", "--no-python", "python3", "-c", sandbox.AllReduceProgram)
 	// All emulated nodes are one host: gloo must use loopback.
 	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "GLOO_SOCKET_IFNAME", Value: "lo"}}
 	tj = submit(t, tj)
