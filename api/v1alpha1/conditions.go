@@ -38,7 +38,14 @@ const (
 	// ReasonHubDisrupted: the lease ran out, but so did those of more than
 	// the disruption threshold of all targets. The hub assumes it is the
 	// one cut off and requeues nothing.
-	ReasonHubDisrupted     = "HubDisrupted"
+	ReasonHubDisrupted = "HubDisrupted"
+	// ReasonAwaitingAgent: lease duration and grace passed on a target whose
+	// leaseLoss is Hold. Its jobs stay until the agent returns or an
+	// operator sets outOfService.
+	ReasonAwaitingAgent = "AwaitingAgent"
+	// ReasonOutOfService: the lease ran out and an operator said nothing of
+	// the target runs any more; the hub requeues its Dispatches at once.
+	ReasonOutOfService     = "OutOfService"
 	ReasonBackendReachable = "BackendReachable"
 	ReasonBackendError     = "BackendError"
 

@@ -72,6 +72,20 @@ const (
 	FlavorlessJobsDeny  FlavorlessJobsPolicy = "Deny"
 )
 
+// LeaseLossPolicy says what the hub does with a target's running jobs once
+// its agent's lease has not been renewed for lease duration plus grace.
+// +kubebuilder:validation:Enum=Requeue;Hold
+type LeaseLossPolicy string
+
+const (
+	// LeaseLossRequeue requeues the jobs elsewhere. An agent that is alive
+	// but cut off has stopped them by then; one that died has not.
+	LeaseLossRequeue LeaseLossPolicy = "Requeue"
+	// LeaseLossHold keeps the jobs, and their quota, until the agent
+	// returns and reports them or an operator sets outOfService.
+	LeaseLossHold LeaseLossPolicy = "Hold"
+)
+
 // TargetSpec describes an execution system the hub may dispatch to.
 //
 // +kubebuilder:validation:XValidation:rule="self.type != 'Kubernetes' || (has(self.kubernetes) && !has(self.slurm))",message="a Kubernetes target sets spec.kubernetes and not spec.slurm"
@@ -103,6 +117,29 @@ type TargetSpec struct {
 	// paused stops new dispatches to this target; running work is left alone.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
+
+	// leaseLoss says what the hub does with this target's running jobs once
+	// its agent's lease has not been renewed for the lease duration plus the
+	// grace. Requeue (the default) requeues them elsewhere: an agent that is
+	// alive but cut off has stopped them by then. An agent that died, or
+	// cannot reach its own cluster, stops nothing, so the first copy may
+	// still run; run two agent replicas where you choose Requeue. Hold keeps
+	// the jobs and their quota until the agent returns and reports what
+	// became of them, or an operator sets outOfService: no job ever runs
+	// twice, at the price of waiting for a person when a cluster is lost.
+	// +optional
+	// +kubebuilder:default=Requeue
+	LeaseLoss LeaseLossPolicy `json:"leaseLoss,omitempty"`
+
+	// outOfService is an operator's word that nothing of this target runs
+	// any more: the cluster is down, or its jobs were cancelled by hand. Once
+	// the agent's lease has not been renewed for the lease duration, the hub
+	// requeues the target's jobs at once, without the grace and even in
+	// disruption mode, and places nothing new here. While the agent still
+	// renews its lease it is ignored for running jobs (pause the target or
+	// delete it to drain). Unset it when the cluster is back.
+	// +optional
+	OutOfService bool `json:"outOfService,omitempty"`
 
 	// flavorlessJobs says whether jobs Kueue admitted with no flavor (their
 	// resources are not covered by any ResourceFlavor of the ClusterQueue,

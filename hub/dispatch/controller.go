@@ -222,7 +222,8 @@ func (r *Reconciler) mustTearDown(s *state) bool {
 }
 
 // targetLost reports whether d's Target is gone, whether its agent's lease
-// ran out past the grace (hub/targets; never in disruption mode), or
+// ran out past the grace (hub/targets; never in disruption mode, never on
+// a Hold target) or ran out on a target an operator set out of service, or
 // whether the agent reports it stopped d's work for want of a lease.
 func (r *Reconciler) targetLost(ctx context.Context, d *v1alpha1.Dispatch) (bool, string) {
 	if d.Status.Reason == v1alpha1.ReasonAgentFenced {
@@ -237,7 +238,8 @@ func (r *Reconciler) targetLost(ctx context.Context, d *v1alpha1.Dispatch) (bool
 	}
 	c := apimeta.FindStatusCondition(t.Status.Conditions, v1alpha1.TargetAvailable)
 	// HeartbeatStale is what hubs before leases wrote for the same verdict.
-	if c != nil && c.Status == "False" && (c.Reason == v1alpha1.ReasonLeaseExpired || c.Reason == v1alpha1.ReasonHeartbeatStale) {
+	if c != nil && c.Status == "False" && (c.Reason == v1alpha1.ReasonLeaseExpired || c.Reason == v1alpha1.ReasonHeartbeatStale ||
+		c.Reason == v1alpha1.ReasonOutOfService) {
 		return true, fmt.Sprintf("target %s lost: %s", t.Name, c.Message)
 	}
 	return false, ""

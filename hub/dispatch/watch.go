@@ -136,11 +136,12 @@ func addAll(q queue, reqs []reconcile.Request) {
 
 // availability is what placement and targetLost read of a Target's state.
 func availability(t *v1alpha1.Target) string {
+	spec := strconv.FormatBool(t.Spec.Paused) + "/" + strconv.FormatBool(t.Spec.OutOfService)
 	c := apimeta.FindStatusCondition(t.Status.Conditions, v1alpha1.TargetAvailable)
 	if c == nil {
-		return strconv.FormatBool(t.Spec.Paused)
+		return spec
 	}
-	return strconv.FormatBool(t.Spec.Paused) + "/" + string(c.Status) + "/" + c.Reason + "/" + t.Status.HubID
+	return spec + "/" + string(c.Status) + "/" + c.Reason + "/" + t.Status.HubID
 }
 
 // mayHaveMoreRoom reports whether a job that found no room on old might

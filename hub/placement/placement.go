@@ -273,6 +273,9 @@ func unavailable(t *v1alpha1.Target) string {
 	if t.Spec.Paused {
 		return "paused"
 	}
+	if t.Spec.OutOfService {
+		return "out of service"
+	}
 	c := apimeta.FindStatusCondition(t.Status.Conditions, v1alpha1.TargetAvailable)
 	if c == nil {
 		return "no heartbeat yet"

@@ -144,6 +144,12 @@ func TestChooseSkipsUnavailable(t *testing.T) {
 			wantErr:    ErrNoCapacity,
 			wantMsg:    []string{"a: paused"},
 		},
+		"a target out of service, even with a fresh lease": {
+			req:        job(1, 2),
+			candidates: []Candidate{cand(target("a").OutOfService().FreeGPUs(8))},
+			wantErr:    ErrNoCapacity,
+			wantMsg:    []string{"a: out of service"},
+		},
 		"a target whose heartbeat is stale": {
 			req:        job(1, 2),
 			candidates: []Candidate{cand(target("a").AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonHeartbeatStale).FreeGPUs(8))},

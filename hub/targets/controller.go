@@ -82,7 +82,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	now := r.Clock.Now()
 	silent, total, disrupted, changed := r.tracker.fleet(now, r.Lease.DisruptionThreshold)
 	age := now.Sub(obs.at)
-	v := judge(obs, age, r.Lease.Grace, disrupted)
+	v := judge(obs, age, r.Lease.Grace, disrupted, policyOf(&t))
 	cond := r.condition(&t, obs, age, v)
 	if err := r.writeStatus(ctx, req.NamespacedName, cond, hubID); err != nil {
 		metrics.SyncError("hub-targets")
@@ -130,6 +130,12 @@ func (r *Reconciler) condition(t *v1alpha1.Target, o observation, age time.Durat
 		c.Message = fmt.Sprintf("lease not renewed for over %s, but most targets are silent: the hub assumes it is cut off and requeues nothing", o.duration)
 	case v1alpha1.ReasonLeaseNotRenewed:
 		c.Message = fmt.Sprintf("lease not renewed for over %s (hub clock); jobs are requeued after a further grace of %s", o.duration, r.Lease.Grace)
+	case v1alpha1.ReasonAwaitingAgent:
+		c.Message = fmt.Sprintf("lease not renewed for over %s plus a grace of %s (hub clock); leaseLoss is Hold: "+
+			"the jobs stay until the agent returns, or until an operator who made sure nothing runs there sets spec.outOfService",
+			o.duration, r.Lease.Grace)
+	case v1alpha1.ReasonOutOfService:
+		c.Message = fmt.Sprintf("lease not renewed for over %s and spec.outOfService is set: the jobs are requeued elsewhere", o.duration)
 	case v1alpha1.ReasonLeaseExpired:
 		c.Message = fmt.Sprintf("lease not renewed for over %s plus a grace of %s (hub clock): the agent has stopped its work",
 			o.duration, r.Lease.Grace)

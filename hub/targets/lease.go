@@ -131,18 +131,36 @@ type verdict struct {
 	recheck time.Duration
 }
 
+// policy is what the Target's spec says about losing its lease.
+type policy struct {
+	// hold: leaseLoss is Hold; expired work waits for the agent.
+	hold bool
+	// outOfService: an operator said nothing of the target runs any more.
+	outOfService bool
+}
+
+func policyOf(t *v1alpha1.Target) policy {
+	return policy{hold: t.Spec.LeaseLoss == v1alpha1.LeaseLossHold, outOfService: t.Spec.OutOfService}
+}
+
 // judge decides one target's availability from the age of its lease on the
-// hub's clock, the lease and grace, and the fleet's disruption state.
-func judge(o observation, age, grace time.Duration, disrupted bool) verdict {
+// hub's clock, the lease and grace, the fleet's disruption state and the
+// target's policy. Only an operator's outOfService cuts the grace or
+// overrides disruption mode: it is their word that nothing runs there.
+func judge(o observation, age, grace time.Duration, disrupted bool, p policy) verdict {
 	switch {
 	case !o.renewed && age <= o.duration:
 		return verdict{reason: v1alpha1.ReasonNoHeartbeat, recheck: o.duration - age + time.Second}
 	case age <= o.duration:
 		return verdict{reason: v1alpha1.ReasonHeartbeatFresh, recheck: o.duration - age + time.Second}
+	case p.outOfService:
+		return verdict{reason: v1alpha1.ReasonOutOfService, lost: true, recheck: silentRecheck}
 	case disrupted:
 		return verdict{reason: v1alpha1.ReasonHubDisrupted, recheck: silentRecheck}
 	case age <= o.duration+grace:
 		return verdict{reason: v1alpha1.ReasonLeaseNotRenewed, recheck: min(o.duration+grace-age+time.Second, silentRecheck)}
+	case p.hold:
+		return verdict{reason: v1alpha1.ReasonAwaitingAgent, recheck: silentRecheck}
 	}
 	return verdict{reason: v1alpha1.ReasonLeaseExpired, lost: true, recheck: silentRecheck}
 }

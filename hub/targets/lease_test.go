@@ -19,6 +19,7 @@ func TestLeaseJudgedOnTheHubClock(t *testing.T) {
 		// versions the hub sees, one per step of 10 s of hub time.
 		versions  []string
 		disrupted bool
+		policy    policy
 		want      verdict
 	}{
 		"no Lease yet": {versions: []string{""},
@@ -33,6 +34,14 @@ func TestLeaseJudgedOnTheHubClock(t *testing.T) {
 			want: verdict{reason: v1alpha1.ReasonLeaseExpired, lost: true, recheck: silentRecheck}},
 		"silent for 70 s in disruption: nothing requeued": {versions: []string{"1", "1", "1", "1", "1", "1", "1", "1"}, disrupted: true,
 			want: verdict{reason: v1alpha1.ReasonHubDisrupted, recheck: silentRecheck}},
+		"silent for 70 s on a Hold target: awaiting the agent": {versions: []string{"1", "1", "1", "1", "1", "1", "1", "1"}, policy: policy{hold: true},
+			want: verdict{reason: v1alpha1.ReasonAwaitingAgent, recheck: silentRecheck}},
+		"silent for 50 s out of service: lost without the grace": {versions: []string{"1", "1", "1", "1", "1", "1"}, policy: policy{hold: true, outOfService: true},
+			want: verdict{reason: v1alpha1.ReasonOutOfService, lost: true, recheck: silentRecheck}},
+		"out of service in disruption: lost": {versions: []string{"1", "1", "1", "1", "1", "1"}, disrupted: true, policy: policy{outOfService: true},
+			want: verdict{reason: v1alpha1.ReasonOutOfService, lost: true, recheck: silentRecheck}},
+		"out of service while renewed: fresh, nothing requeued": {versions: []string{"1", "2", "3", "4", "5", "6"}, policy: policy{outOfService: true},
+			want: verdict{reason: v1alpha1.ReasonHeartbeatFresh, recheck: lease + time.Second}},
 		"never renewed for 70 s: lost": {versions: []string{"", "", "", "", "", "", "", ""},
 			want: verdict{reason: v1alpha1.ReasonLeaseExpired, lost: true, recheck: silentRecheck}},
 		"a renewal after silence is fresh again": {versions: []string{"1", "1", "1", "1", "1", "1", "1", "2"},
@@ -47,7 +56,7 @@ func TestLeaseJudgedOnTheHubClock(t *testing.T) {
 				now = t0.Add(time.Duration(i) * 10 * time.Second)
 				o = tr.observe("a", v, lease, now)
 			}
-			got := judge(o, now.Sub(o.at), grace, tc.disrupted)
+			got := judge(o, now.Sub(o.at), grace, tc.disrupted, tc.policy)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(verdict{})); diff != "" {
 				t.Errorf("verdict (-want +got):\n%s", diff)
 			}
@@ -66,7 +75,7 @@ func TestAgentClockSkewIsIgnored(t *testing.T) {
 			for i := 0; i < 10; i++ {
 				renewTime := t0.Add(time.Duration(i)*10*time.Second + skew)
 				o := tr.observe("a", renewTime.Format(time.RFC3339Nano), 40*time.Second, t0.Add(time.Duration(i)*10*time.Second))
-				if v := judge(o, t0.Add(time.Duration(i)*10*time.Second).Sub(o.at), 20*time.Second, false); v.reason != v1alpha1.ReasonHeartbeatFresh {
+				if v := judge(o, t0.Add(time.Duration(i)*10*time.Second).Sub(o.at), 20*time.Second, false, policy{}); v.reason != v1alpha1.ReasonHeartbeatFresh {
 					t.Fatalf("step %d: %s, want fresh", i, v.reason)
 				}
 			}

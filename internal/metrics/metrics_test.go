@@ -210,7 +210,8 @@ func TestHubState(t *testing.T) {
 	objs := []client.Object{
 		tytesting.MakeKubernetesTarget("a", "gpu").Available().Obj(),
 		tytesting.MakeKubernetesTarget("b", "gpu").AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonBackendError).Obj(),
-		tytesting.MakeKubernetesTarget("c", "cpu").FlavorlessJobs(v1alpha1.FlavorlessJobsDeny).Obj(),
+		tytesting.MakeKubernetesTarget("c", "cpu").FlavorlessJobs(v1alpha1.FlavorlessJobsDeny).
+			AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonAwaitingAgent).Obj(),
 		tytesting.MakeDispatch("new", "agents", "a").Obj(),
 		workload("w-gpu", false), workload("w-gpu-late", false), workload("w-none", false),
 		workload("placed", false), workload("done", true),
@@ -269,6 +270,11 @@ trainyard_queue_oldest_wait_seconds{target="b"} 630
 trainyard_target_available{target="a"} 1
 trainyard_target_available{target="b"} 0
 trainyard_target_available{target="c"} 0
+# HELP trainyard_target_awaiting_agent 1 while the Target's lease ran out and, its leaseLoss being Hold, its jobs wait for the agent or an operator's outOfService.
+# TYPE trainyard_target_awaiting_agent gauge
+trainyard_target_awaiting_agent{target="a"} 0
+trainyard_target_awaiting_agent{target="b"} 0
+trainyard_target_awaiting_agent{target="c"} 1
 # HELP trainyard_target_heartbeat_age_seconds Seconds since the hub last saw the Target's agent renew, by the hub's clock.
 # TYPE trainyard_target_heartbeat_age_seconds gauge
 trainyard_target_heartbeat_age_seconds{target="a"} 35

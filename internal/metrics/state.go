@@ -189,7 +189,9 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	targetAvailableDesc = desc("target_available", "1 when the Target's Available condition is True, else 0.", "target")
-	lastHeartbeatDesc   = desc("target_last_heartbeat_timestamp_seconds",
+	awaitingAgentDesc   = desc("target_awaiting_agent",
+		"1 while the Target's lease ran out and, its leaseLoss being Hold, its jobs wait for the agent or an operator's outOfService.", "target")
+	lastHeartbeatDesc = desc("target_last_heartbeat_timestamp_seconds",
 		"Unix time (hub clock) the hub last saw the Target's agent renew; alert on time() minus it.", "target")
 	heartbeatAgeDesc = desc("target_heartbeat_age_seconds", "Seconds since the hub last saw the Target's agent renew, by the hub's clock.", "target")
 	lostAfterDesc    = desc("target_lost_after_seconds",
@@ -215,7 +217,7 @@ func newStateCollector(s *sourceSet, w *waitSet, b *beatSet) prometheus.Collecto
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{targetAvailableDesc, lastHeartbeatDesc, heartbeatAgeDesc, lostAfterDesc,
+	for _, d := range []*prometheus.Desc{targetAvailableDesc, awaitingAgentDesc, lastHeartbeatDesc, heartbeatAgeDesc, lostAfterDesc,
 		inFlightDesc, queuedDesc, queueDepthDesc, oldestWaitDesc, agentPhaseDesc} {
 		ch <- d
 	}
@@ -279,6 +281,11 @@ func (c *stateCollector) collectHub(ctx context.Context, h *HubState, flight *Hu
 			available = 1
 		}
 		gauge(ch, targetAvailableDesc, available, t.Name)
+		awaiting := 0.0
+		if c := apimeta.FindStatusCondition(t.Status.Conditions, v1alpha1.TargetAvailable); c != nil && c.Reason == v1alpha1.ReasonAwaitingAgent {
+			awaiting = 1
+		}
+		gauge(ch, awaitingAgentDesc, awaiting, t.Name)
 		if b, ok := c.beats.get(t.Name); ok {
 			gauge(ch, lastHeartbeatDesc, float64(b.at.UnixMilli())/1e3, t.Name)
 			gauge(ch, heartbeatAgeDesc, now.Sub(b.at).Seconds(), t.Name)

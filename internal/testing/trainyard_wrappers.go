@@ -181,6 +181,15 @@ func (w *TargetWrapper) AvailableCondition(status metav1.ConditionStatus, reason
 // Paused sets spec.paused.
 func (w *TargetWrapper) Paused() *TargetWrapper { w.Spec.Paused = true; return w }
 
+// OutOfService sets spec.outOfService.
+func (w *TargetWrapper) OutOfService() *TargetWrapper { w.Spec.OutOfService = true; return w }
+
+// LeaseLoss sets spec.leaseLoss.
+func (w *TargetWrapper) LeaseLoss(p v1alpha1.LeaseLossPolicy) *TargetWrapper {
+	w.Spec.LeaseLoss = p
+	return w
+}
+
 // FreeGPUs sets status.freeGPUs.
 func (w *TargetWrapper) FreeGPUs(n int64) *TargetWrapper { w.Status.FreeGPUs = n; return w }
 

@@ -65,7 +65,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	want := []string{"TrainyardDispatchErrorsRising", "TrainyardHeartbeatOld", "TrainyardJobsWaitingLong", "TrainyardTargetLost"}
+	want := []string{"TrainyardDispatchErrorsRising", "TrainyardHeartbeatOld", "TrainyardJobsWaitingLong", "TrainyardTargetAwaitingAgent", "TrainyardTargetLost"}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)
 	}

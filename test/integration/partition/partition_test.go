@@ -329,11 +329,7 @@ func jobSetsOf(g Gomega, tj *trainer.TrainJob) []spokeJobSet {
 }
 
 func targetReason(g Gomega, name string) string {
-	var tg v1alpha1.Target
-	g.Expect(env.fleet.Hub.Client.Get(context.Background(), client.ObjectKey{Name: name}, &tg)).To(Succeed())
-	c := apimeta.FindStatusCondition(tg.Status.Conditions, v1alpha1.TargetAvailable)
-	g.Expect(c).NotTo(BeNil())
-	return c.Reason
+	return util.TargetReason(g, env.fleet.Hub.Client, name)
 }
 
 func disruptionEvents(g Gomega) []string {
