@@ -90,6 +90,9 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 	}
 	status := d.Status.DeepCopy()
 	submitErr := r.observe(ctx, d, status)
+	if stoppedByFence(d, status, r.Lease) {
+		return ctrl.Result{}, r.reportFenced(ctx, d)
+	}
 	events := r.events(&d.Status, status)
 	if err := r.writeStatus(ctx, d, status); err != nil {
 		return ctrl.Result{}, err
@@ -105,6 +108,24 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.Resync}, nil
+}
+
+// stoppedByFence reports whether remote work this pass found gone (or, on
+// Slurm, cancelled) was stopped by a lease fence: that is not a loss, and
+// the hub requeues it. Either the watchdog stopped it during this pass, or
+// this replica took over a lease that had lapsed and the work predates it,
+// so a predecessor may have stopped it and forgotten with its restart.
+func stoppedByFence(d *v1alpha1.Dispatch, status *v1alpha1.DispatchStatus, l *Lease) bool {
+	if d.Status.Phase.IsFinal() {
+		return false
+	}
+	switch status.Reason {
+	case v1alpha1.ReasonRemoteMissing:
+		return l.Fenced(d) || l.MayHaveFenced(d)
+	case v1alpha1.ReasonRemoteCancelled:
+		return l.MayHaveFenced(d)
+	}
+	return false
 }
 
 // observe fills status from the backend, submitting the remote work first

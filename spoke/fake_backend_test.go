@@ -21,6 +21,9 @@ type fakeBackend struct {
 	// cancelLingers makes Cancel report the work as still going once
 	// before it is gone, as a JobSet being deleted does.
 	cancelLingers bool
+	// beforeObserve runs (unlocked) at the start of every Observe, to race
+	// the pass with something else, such as the lease's watchdog.
+	beforeObserve func()
 
 	calls fakeCalls
 }
@@ -89,6 +92,10 @@ func (f *fakeBackend) Submit(_ context.Context, d *v1alpha1.Dispatch) (*v1alpha1
 }
 
 func (f *fakeBackend) Observe(_ context.Context, d *v1alpha1.Dispatch) (*backends.Status, error) {
+	if hook := f.beforeObserve; hook != nil {
+		f.beforeObserve = nil
+		hook()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls.Observe++

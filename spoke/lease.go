@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/tools/record"
@@ -77,6 +78,12 @@ type Lease struct {
 	seenVersion string
 	seenSent    time.Time
 	fenced      map[fencedKey]bool
+	// inherited is the moment of this replica's first renewal if the Lease
+	// it took over had lapsed then: the previous holder (this process
+	// before a restart, or another replica) may have stopped work the hub
+	// has not heard of, and its memory of what it stopped is gone.
+	inherited   time.Time
+	renewedOnce bool
 }
 
 // fencedKey names the attempt of a Dispatch whose remote work was stopped.
@@ -234,13 +241,21 @@ func (l *Lease) renew(ctx context.Context) error {
 		l.fill(&lease, sent)
 		err = l.Hub.Create(ctx, &lease)
 	case err == nil:
+		lapsed := lapsedAt(&lease, sent)
 		l.fill(&lease, sent)
-		err = l.Hub.Update(ctx, &lease)
+		if err = l.Hub.Update(ctx, &lease); err == nil {
+			l.mu.Lock()
+			if !l.renewedOnce && lapsed {
+				l.inherited = sent
+			}
+			l.mu.Unlock()
+		}
 	}
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
+	l.renewedOnce = true
 	if sent.After(l.evidence) {
 		l.evidence = sent
 	}
@@ -248,6 +263,33 @@ func (l *Lease) renew(ctx context.Context) error {
 	l.reached = true
 	l.mu.Unlock()
 	return nil
+}
+
+// lapsedAt reports whether lease, as its last holder left it, ran out
+// before now. The holder's renewTime is its own clock; agent replicas of one
+// target run beside each other, so it is close enough to ours, and a wrong
+// answer only turns a lost job into a requeued one.
+func lapsedAt(lease *coordinationv1.Lease, now time.Time) bool {
+	if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+		return false
+	}
+	return now.Sub(lease.Spec.RenewTime.Time) >= time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second
+}
+
+// MayHaveFenced reports whether remote work of d that this replica finds
+// gone or cancelled may have been stopped by a predecessor whose lease ran
+// out: this replica took over a lapsed Lease, and d's work was accepted
+// before that.
+func (l *Lease) MayHaveFenced(d *v1alpha1.Dispatch) bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	inherited := l.inherited
+	l.mu.Unlock()
+	accepted := apimeta.FindStatusCondition(d.Status.Conditions, v1alpha1.DispatchAccepted)
+	return !inherited.IsZero() && accepted != nil && accepted.Status == metav1.ConditionTrue &&
+		accepted.LastTransitionTime.Time.Before(inherited)
 }
 
 func (l *Lease) fill(lease *coordinationv1.Lease, now time.Time) {
@@ -306,12 +348,15 @@ func (l *Lease) fence(ctx context.Context) error {
 		if w.DispatchNamespace != l.Namespace {
 			continue
 		}
+		// Remembered before the delete: a reconcile that finds the work gone
+		// must read it as stopped by the fence, never as lost.
+		key := fencedKey{w.DispatchNamespace, w.DispatchName, w.Attempt}
+		l.mu.Lock()
+		l.fenced[key] = true
+		l.mu.Unlock()
 		if err := l.Lister.Delete(ctx, w); err != nil {
 			return err
 		}
-		l.mu.Lock()
-		l.fenced[fencedKey{w.DispatchNamespace, w.DispatchName, w.Attempt}] = true
-		l.mu.Unlock()
 		metrics.LeaseFences.Inc()
 		stopped++
 	}

@@ -9,7 +9,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -182,6 +185,98 @@ func TestFencedDispatchIsReported(t *testing.T) {
 	if be.has(d) || l.Fenced(&got) {
 		t.Errorf("after the report: remote %v, still fenced %v; want neither", be.has(d), l.Fenced(&got))
 	}
+}
+
+// TestFenceDuringAPassIsNotALoss: the lease runs out while a reconcile
+// is between its lease check and its observation, and the watchdog deletes
+// the work under it. The Dispatch must say AgentFenced (the hub requeues),
+// never RemoteMissing (the TrainJob fails).
+func TestFenceDuringAPassIsNotALoss(t *testing.T) {
+	d := running(ours(dispatch()).Attempt(1)).Obj()
+	hub := newHub(&hubRecorder{}, d)
+	clk := testingclock.NewFakeClock(t0)
+	be := newFakeBackend()
+	be.put(d, backends.Status{Phase: v1alpha1.DispatchRunning})
+	l := newTestLease(hub, clk, be)
+	be.beforeObserve = func() {
+		clk.Step(testLease)
+		if l.check() {
+			t.Error("lease held without a renewal")
+		}
+		if err := l.fence(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	got := reconcileWithLease(t, hub, be, clk, l, d)
+	if be.has(d) {
+		t.Fatal("the watchdog did not delete the work")
+	}
+	if got.Status.Reason != v1alpha1.ReasonAgentFenced {
+		t.Errorf("status = %s/%s, want Failed/%s", got.Status.Phase, got.Status.Reason, v1alpha1.ReasonAgentFenced)
+	}
+}
+
+// TestWorkStoppedBeforeARestartIsReportedAsFenced: an agent stopped its
+// work when its lease ran out, then restarted (a cut-off leader exits when
+// it loses its election) and forgot what it stopped. The replica that takes
+// the lapsed Lease over reads work it finds gone, or cancelled on Slurm, as
+// fenced (the hub requeues) rather than lost (the TrainJob fails); with a
+// Lease that never lapsed it is lost as before.
+func TestWorkStoppedBeforeARestartIsReportedAsFenced(t *testing.T) {
+	cases := map[string]struct {
+		// lastRenewal is the previous holder's renewTime, before t0.
+		lastRenewal time.Duration
+		// remote is what the backend has of the work (nil: nothing).
+		remote     *backends.Status
+		wantReason string
+	}{
+		"gone after a lapse: fenced":         {lastRenewal: 2 * testLease, wantReason: v1alpha1.ReasonAgentFenced},
+		"cancelled after a lapse: fenced":    {lastRenewal: 2 * testLease, remote: &backends.Status{Phase: v1alpha1.DispatchCancelled}, wantReason: v1alpha1.ReasonAgentFenced},
+		"gone, lease never lapsed: lost":     {lastRenewal: 5 * time.Second, wantReason: v1alpha1.ReasonRemoteMissing},
+		"cancelled, never lapsed: cancelled": {lastRenewal: 5 * time.Second, remote: &backends.Status{Phase: v1alpha1.DispatchCancelled}, wantReason: v1alpha1.ReasonRemoteCancelled},
+		"succeeded after a lapse: succeeded": {lastRenewal: 2 * testLease, remote: &backends.Status{Phase: v1alpha1.DispatchSucceeded}, wantReason: v1alpha1.ReasonRemoteSucceeded},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := running(ours(dispatch()).Attempt(1)).Obj()
+			seconds := int32(testLease / time.Second)
+			previous := &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Namespace: agentNS, Name: v1alpha1.LeaseName(testTarget)},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("before-restart"), LeaseDurationSeconds: &seconds,
+					RenewTime: &metav1.MicroTime{Time: t0.Add(-tc.lastRenewal)}},
+			}
+			hub := newHub(&hubRecorder{}, d, previous)
+			clk := testingclock.NewFakeClock(t0)
+			be := newFakeBackend()
+			if tc.remote != nil {
+				be.put(d, *tc.remote)
+			}
+			l := newTestLease(hub, clk, be)
+			if err := l.renew(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := reconcileWithLease(t, hub, be, clk, l, d)
+			if got.Status.Reason != tc.wantReason {
+				t.Errorf("status = %s/%s, want reason %s", got.Status.Phase, got.Status.Reason, tc.wantReason)
+			}
+		})
+	}
+}
+
+// reconcileWithLease runs one pass of a reconciler that holds l over d and
+// returns d as the hub holds it afterwards.
+func reconcileWithLease(t *testing.T, hub client.Client, be *fakeBackend, clk *testingclock.FakeClock, l *Lease, d *v1alpha1.Dispatch) v1alpha1.Dispatch {
+	t.Helper()
+	r := &DispatchReconciler{Hub: hub, Target: testTarget, Backend: be, Clock: clk, Resync: time.Minute, Lease: l}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(d)}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.Dispatch
+	if err := hub.Get(context.Background(), req.NamespacedName, &got); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // TestLeaseReady: an agent is ready once it renewed (or, standing by, read)
