@@ -175,7 +175,6 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	if id != 0 {
 		return ref(id, job.Name), nil
 	}
-	at := b.now()
 	id, err = b.Client.Submit(ctx, job)
 	if errors.Is(err, ErrSubmitUncertain) {
 		// The job may exist: the next submit first proves it absent.
@@ -201,7 +200,9 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	if b.submittedAt == nil {
 		b.submittedAt = map[string]time.Time{}
 	}
-	b.submitted[job.Comment], b.submittedAt[job.Comment] = id, at
+	// The job surely exists only once slurmctld answered: a list begun
+	// before that may miss it without proving it gone (viewed).
+	b.submitted[job.Comment], b.submittedAt[job.Comment] = id, b.now()
 	b.mu.Unlock()
 	return ref(id, job.Name), nil
 }

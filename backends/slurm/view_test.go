@@ -25,6 +25,9 @@ type countingSlurmrestd struct {
 	seen      map[string]int
 	since     []string
 	unchanged bool
+	// beforeSubmit runs once, in the submit's request, before the job is
+	// made: to race a list with the submit.
+	beforeSubmit func()
 }
 
 func (c *countingSlurmrestd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -39,7 +42,14 @@ func (c *countingSlurmrestd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.since = append(c.since, since)
 	}
 	unchanged := c.unchanged && since != ""
+	hook := c.beforeSubmit
+	if op == "POST job/submit" {
+		c.beforeSubmit = nil
+	}
 	c.mu.Unlock()
+	if op == "POST job/submit" && hook != nil {
+		hook()
+	}
 	if op == "GET jobs/" && unchanged {
 		_, _ = w.Write([]byte(`{"jobs":[],"last_update":{"set":true,"number":0},` +
 			`"warnings":[{"description":"No job changes since update_time[` + since + `]","source":"op_handler_jobs"}]}`))
@@ -135,5 +145,44 @@ func TestObserveReadsTheList(t *testing.T) {
 	}
 	if _, err := b.viewed(d); !errors.Is(err, ErrJobNotFound) {
 		t.Errorf("viewed after the job left the list: %v, want ErrJobNotFound", err)
+	}
+}
+
+// TestListDuringASubmitDoesNotLoseTheJob: the poller's list starts after
+// the submit request was sent but reaches slurmctld before the job exists.
+// That list does not prove the job gone: Observe must see it as pending,
+// never as missing (the agent would fail the TrainJob as RemoteMissing).
+func TestListDuringASubmitDoesNotLoseTheJob(t *testing.T) {
+	b, f, clk := countingBackend(t)
+	ctx := context.Background()
+	if _, err := b.ListJobs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.beforeSubmit = func() {
+		clk.Step(time.Second)
+		if _, err := b.ListJobs(ctx); err != nil {
+			t.Error(err)
+		}
+		clk.Step(time.Second)
+	}
+	f.mu.Unlock()
+	clk.Step(time.Second)
+	d := dispatch(caseSpec{})
+	ref, err := b.Submit(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Status.Remote = ref
+	st, err := b.Observe(ctx, d)
+	if err != nil || st.Phase != v1alpha1.DispatchSubmitted {
+		t.Fatalf("Observe after a list that raced the submit = %+v, %v; want Submitted", st, err)
+	}
+	clk.Step(time.Second)
+	if _, err := b.ListJobs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = b.Observe(ctx, d); err != nil || st.Phase != v1alpha1.DispatchRunning {
+		t.Fatalf("Observe after the next list = %+v, %v; want Running", st, err)
 	}
 }

@@ -88,6 +88,10 @@ AuthAltTypes=auth/jwt
 AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd/%n
+# Each emulated node its own TmpFS: the PMIx plugin makes its client directory
+# there (spmix_appdir_<uid>_<job>.<step>), and in one shared /tmp the second
+# node's slurmstepd fails a two-node step with "File exists".
+TmpFS=/tmp/slurm-%n
 SlurmctldPidFile=/run/slurm/slurmctld.pid
 SlurmdPidFile=/run/slurm/slurmd-%n.pid
 SlurmctldLogFile=/var/log/slurm/slurmctld.log

@@ -60,11 +60,14 @@ mount -t tmpfs -o mode=1777,size=1g shm "$R/dev/shm"   # own /dev/shm: OpenMPI s
 
 # Clean slate: no saved jobs/nodes state, logs of this run only.
 rm -rf "${R:?}"/var/spool/slurmctld/* "${R:?}"/var/spool/slurmd/*
+# Each node's TmpFS (configure.sh), empty as after a reboot: job ids start at
+# 1 again, and a PMIx directory a killed step left behind would fail step N.0.
+rm -rf "${R:?}"/tmp/spmix_appdir_* "${R:?}"/tmp/slurm-n*
 rm -f "$LOG"/*.log "$R"/var/log/munge/munged.log
 mkdir -p "$R/run/munge" "$R/var/lib/munge" "$R/var/log/munge" "$R/run/slurm"
 c chown munge:munge /run/munge /var/lib/munge /var/log/munge
 c chown slurm:slurm /var/spool/slurmctld /var/log/slurm /run/slurm
-for n in "${NODES[@]}"; do mkdir -p "$R/var/spool/slurmd/$n"; done
+for n in "${NODES[@]}"; do mkdir -p "$R/var/spool/slurmd/$n" "$R/tmp/slurm-$n"; chmod 1777 "$R/tmp/slurm-$n"; done
 
 chroot --userspec=munge:munge "$R" /usr/sbin/munged </dev/null >/dev/null 2>&1 || fail "munged did not start"
 waitfor 15 munged sh -c "chroot '$R' munge -n </dev/null | chroot '$R' unmunge"
