@@ -45,6 +45,12 @@ const checklessRetryAfter = 15 * time.Second
 // and never reuses one.
 func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, error) {
 	wl := s.wl
+	if r.attemptUnderWay(s) {
+		// An earlier attempt still exists (its remote work may still run
+		// until its agent lets the Dispatch go), or the cache lags one just
+		// written: look again shortly.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 	tj, err := r.owningTrainJob(ctx, wl)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -59,10 +65,6 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	}
 	if err != nil {
 		return ctrl.Result{}, err
-	}
-	if r.attemptUnderWay(s) {
-		// The cache lags a Dispatch just written: look again shortly.
-		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	req := requestOf(wl)
 	if req.QueueFlavors, err = r.queueFlavors(ctx, wl); err != nil {
@@ -109,17 +111,14 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
 }
 
-// attemptUnderWay reports whether the Workload has a Dispatch that is not
-// being deleted, as the cache shows it or as this hub booked it and the
-// watch has not shown it yet: a pass right after the one that wrote it must
-// not start a second attempt.
+// attemptUnderWay reports whether the Workload has a Dispatch, as the
+// cache shows it or as this hub booked it and the watch has not shown it
+// yet: a pass right after the one that wrote it must not start a second
+// attempt. A Dispatch being deleted counts too: its agent holds it until
+// the remote work is gone (a lost target's is let go by tearDown), so the
+// next attempt never runs beside it.
 func (r *Reconciler) attemptUnderWay(s *state) bool {
-	for i := range s.dispatches {
-		if s.dispatches[i].DeletionTimestamp.IsZero() {
-			return true
-		}
-	}
-	return r.flight.booked(s.wl.UID)
+	return len(s.dispatches) > 0 || r.flight.booked(s.wl.UID)
 }
 
 // liveAttemptExists asks the API server, not the cache, whether a Dispatch

@@ -41,6 +41,7 @@ type outcome struct {
 	CheckMsg   string
 	TrainJob   []string // Complete/Failed conditions as Type=Status/Reason
 	Dispatch   string   // kept, deleting or gone
+	Others     int      // Dispatches besides attempt 1's: later attempts
 	Finalizer  bool     // the Workload keeps trainyard's finalizer
 	TargetHeld bool     // the Target exists and keeps TargetFinalizer
 	Events     []string
@@ -147,6 +148,15 @@ func reconcileOnce(t *testing.T, h hubState) outcome {
 			got.Dispatch = "deleting"
 		}
 	}
+	var all v1alpha1.DispatchList
+	if err := c.List(ctx, &all); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range all.Items {
+		if o.Name != "wl-a1" {
+			got.Others++
+		}
+	}
 	var target v1alpha1.Target
 	if err := c.Get(ctx, client.ObjectKey{Name: "gpu-a"}, &target); err == nil {
 		got.TargetHeld = controllerutil.ContainsFinalizer(&target, TargetFinalizer)
@@ -251,6 +261,10 @@ func TestWorkWithoutItsCheckOrDispatch(t *testing.T) {
 			want: outcome{Check: kueue.CheckStateRetry, CheckMsg: deletedMsg, Dispatch: "gone", Finalizer: true, TargetHeld: true,
 				Events: []string{"Warning Requeued " + deletedMsg}},
 		},
+		"an earlier attempt still being deleted: no next attempt beside it": {
+			h:    hubState{check: kueue.CheckStatePending, dispatch: deleting(running())},
+			want: outcome{Check: kueue.CheckStatePending, CheckMsg: "before", Dispatch: "deleting", Finalizer: true, TargetHeld: true},
+		},
 		"Dispatch being deleted under Ready: requeued": {
 			h: hubState{check: kueue.CheckStateReady, admitted: true, dispatch: deleting(running())},
 			want: outcome{Check: kueue.CheckStateRetry, CheckMsg: deletedMsg, Dispatch: "deleting", Finalizer: true, TargetHeld: true,
@@ -309,6 +323,39 @@ func TestTargetBeingDeleted(t *testing.T) {
 			h:    hubState{check: kueue.CheckStateRetry, dispatch: deleting(running()), noTarget: true},
 			want: outcome{Check: kueue.CheckStateRetry, CheckMsg: "before", Dispatch: "gone", Finalizer: true},
 		},
+	})
+}
+
+// TestSilentTarget: what the hub does with a running job whose target's
+// agent went silent follows the target's verdict: requeued once the lease
+// expired or an operator set it out of service, kept while the hub is
+// disrupted or the target holds its jobs for the agent.
+func TestSilentTarget(t *testing.T) {
+	running := func() *v1alpha1.Dispatch {
+		return liveOn(v1alpha1.DispatchRunning, v1alpha1.ReasonRemoteRunning, "", true).Obj()
+	}
+	silent := func(reason string) *tyt.TargetWrapper {
+		return gpuTarget().AvailableCondition(metav1.ConditionFalse, reason)
+	}
+	kept := outcome{Check: kueue.CheckStateReady, CheckMsg: "running on target gpu-a (attempt 1) as JobSet jobs/train-1", Finalizer: true, TargetHeld: true}
+	const lost = "target gpu-a lost: set by test"
+	requeued := outcome{Check: kueue.CheckStateRetry, CheckMsg: lost, Finalizer: true, TargetHeld: true, Events: []string{"Warning Requeued " + lost}}
+	runCases(t, map[string]struct {
+		h    hubState
+		want outcome
+	}{
+		"lease not yet past the grace: kept": {
+			h: hubState{check: kueue.CheckStateReady, admitted: true, dispatch: running(), target: silent(v1alpha1.ReasonLeaseNotRenewed)}, want: kept},
+		"hub disrupted: kept": {
+			h: hubState{check: kueue.CheckStateReady, admitted: true, dispatch: running(), target: silent(v1alpha1.ReasonHubDisrupted)}, want: kept},
+		"Hold target awaiting its agent: kept": {
+			h: hubState{check: kueue.CheckStateReady, admitted: true, dispatch: running(), target: silent(v1alpha1.ReasonAwaitingAgent)}, want: kept},
+		"lease expired: requeued": {
+			h:    hubState{check: kueue.CheckStateReady, admitted: true, dispatch: running(), target: silent(v1alpha1.ReasonLeaseExpired)},
+			want: requeued},
+		"out of service: requeued": {
+			h:    hubState{check: kueue.CheckStateReady, admitted: true, dispatch: running(), target: silent(v1alpha1.ReasonOutOfService)},
+			want: requeued},
 	})
 }
 
