@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -98,14 +100,53 @@ func Tail(path string, n int) string {
 	return string(b)
 }
 
-// FreePort asks the kernel for a free loopback TCP port.
+// FreePort returns a free loopback TCP port for a component to listen on.
+// It is chosen below the kernel's ephemeral range, never handed out twice
+// by this process: a port the kernel picks (":0") is an ephemeral one, and
+// between this check and the component's bind the many client connections
+// of a test run can take it ("bind: address already in use").
 func FreePort() (int, error) {
+	low := ephemeralLow()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 200 {
+		port := low - 1 - rand.IntN(min(low-1024, 12000))
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[port] = true
+		return port, nil
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// ephemeralLow is the lowest port the kernel hands out on its own
+// (net.ipv4.ip_local_port_range), 32768 when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil || low <= 2048 {
+		return 32768
+	}
+	return low
 }
 
 // waitHTTPOK polls url until it answers 200, the process exits, or ctx ends.
