@@ -52,7 +52,6 @@ type Options struct {
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update
 
 // Setup registers every hub controller with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {

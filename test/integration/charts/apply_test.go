@@ -64,7 +64,12 @@ func TestChartsOnAPIServer(t *testing.T) {
 		want  bool
 	}{
 		{authzv1.ResourceAttributes{Group: v1alpha1.GroupVersion.Group, Resource: "dispatches", Verb: "create", Namespace: "trainyard-spoke1"}, true},
+		// Leader election writes its Lease in the release namespace only; the
+		// agents' Leases everywhere are read, never written.
 		{authzv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Namespace: releaseNS}, true},
+		{authzv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "update", Namespace: "trainyard-spoke1"}, false},
+		{authzv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "create", Namespace: "team-a"}, false},
+		{authzv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "watch"}, true},
 		{authzv1.ResourceAttributes{Resource: "secrets", Verb: "get", Namespace: releaseNS}, false},
 		{authzv1.ResourceAttributes{Group: "kueue.x-k8s.io", Resource: "workloads", Verb: "delete", Namespace: "team-a"}, false},
 		// The admission policies come with the chart; the hub only reads the requester one.
