@@ -122,9 +122,10 @@ func TestSIGKILLDuringBurst(t *testing.T) {
 
 	copies, samples, violations := rec.snapshot()
 	wls := workloadsOf(g, burst)
-	requeues := requeueEvents(g)
+	events := tenantEvents(g)
+	requeues := requeueEvents(events)
 	summary(m, copies, samples, requeues, burstTime)
-	printRepeats(copies, wls, rec.start)
+	printRepeats(copies, wls, rec.start, events)
 	g.Expect(violations).To(BeEmpty(), "samples with two live copies of one job")
 	for _, p := range env.procs {
 		g.Expect(p.Crashes()).To(BeEmpty(), "%s exited without being killed", p.Name)
@@ -150,6 +151,44 @@ func TestSIGKILLDuringBurst(t *testing.T) {
 		}
 		g.Expect(succeeded).To(Equal(1), "attempts of %s that succeeded", tj)
 	}
+
+	// Every job ran exactly once. The hub never requeued a job on its own
+	// judgement of a silent agent (every Target holds its jobs); a second
+	// copy is allowed only after the agent itself stopped the first when
+	// its lease ran out (it was alive but could not renew in time).
+	fenced, judged := requeuesByWorkload(events)
+	g.Expect(judged).To(BeEmpty(), "requeues of jobs on a silent Hold target")
+	for uid, tj := range wls {
+		g.Expect(len(byWorkload[uid])).To(BeNumerically("<=", 1+fenced[uid]),
+			"remote copies of %s, of which %d followed its agent's own stop", tj, fenced[uid])
+	}
+}
+
+// tenantEvents reads the Events of the burst's namespace once, for the
+// summaries below.
+func tenantEvents(g Gomega) []corev1.Event {
+	var events corev1.EventList
+	g.Expect(env.fleet.Hub.Client.List(context.Background(), &events, client.InNamespace(tenant))).To(Succeed())
+	return events.Items
+}
+
+// requeuesByWorkload counts, per Workload UID, the requeues that followed
+// an agent's report that it stopped the work for want of a lease, and lists
+// those the hub made because it judged a target lost.
+func requeuesByWorkload(events []corev1.Event) (fenced map[string]int, judged []string) {
+	fenced = map[string]int{}
+	for _, e := range events {
+		if e.Reason != dispatch.EventRequeued {
+			continue
+		}
+		switch {
+		case strings.Contains(e.Message, "lost its lease and stopped attempt"):
+			fenced[string(e.InvolvedObject.UID)] += max(int(e.Count), 1)
+		case strings.Contains(e.Message, " lost: "):
+			judged = append(judged, e.InvolvedObject.Name+": "+e.Message)
+		}
+	}
+	return fenced, judged
 }
 
 // submitAll creates the TrainJobs from 4 clients at once. A create the
@@ -229,12 +268,10 @@ func workloadsOf(g Gomega, burst []*trainer.TrainJob) map[string]string {
 
 // requeueEvents counts the hub's Requeued events on Workloads, and
 // prints how many said what (target names and attempts left out).
-func requeueEvents(g Gomega) int {
-	var events corev1.EventList
-	g.Expect(env.fleet.Hub.Client.List(context.Background(), &events, client.InNamespace(tenant))).To(Succeed())
+func requeueEvents(events []corev1.Event) int {
 	n := 0
 	why := map[string]int{}
-	for _, e := range events.Items {
+	for _, e := range events {
 		if e.Reason == dispatch.EventRequeued {
 			n += max(int(e.Count), 1)
 			msg := e.Message
@@ -252,7 +289,7 @@ func requeueEvents(g Gomega) int {
 
 // printRepeats lists the jobs that had more than one remote copy, each
 // copy with its target, attempt and live interval since the burst began.
-func printRepeats(copies []remoteCopy, wls map[string]string, start time.Time) {
+func printRepeats(copies []remoteCopy, wls map[string]string, start time.Time, events []corev1.Event) {
 	by := map[string][]remoteCopy{}
 	for _, c := range copies {
 		by[c.Workload] = append(by[c.Workload], c)
@@ -268,12 +305,25 @@ func printRepeats(copies []remoteCopy, wls map[string]string, start time.Time) {
 			parts = append(parts, fmt.Sprintf("%s#%s [%.1fs, %.1fs] ok=%v", c.Target, c.Attempt,
 				c.Created.Sub(start).Seconds(), c.Ended.Sub(start).Seconds(), c.Succeeded))
 		}
-		lines = append(lines, "  "+wls[wl]+": "+strings.Join(parts, "; "))
+		lines = append(lines, "  "+wls[wl]+": "+strings.Join(parts, "; ")+"\n"+workloadEvents(events, wl))
 	}
 	sort.Strings(lines)
 	for _, l := range lines {
 		fmt.Println(l)
 	}
+}
+
+// workloadEvents lists the Events of one Workload, oldest first: why each
+// of its attempts was made.
+func workloadEvents(events []corev1.Event, uid string) string {
+	var out []string
+	for _, e := range events {
+		if string(e.InvolvedObject.UID) == uid {
+			out = append(out, fmt.Sprintf("    %s %s %s: %s", e.FirstTimestamp.Format("15:04:05"), e.Type, e.Reason, e.Message))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
 }
 
 // summary prints kills per process, remote creations, requeues and times.
