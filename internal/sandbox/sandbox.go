@@ -84,6 +84,11 @@ func Start(ctx context.Context, o Options) (s *Sandbox, err error) {
 			o.Progress(fmt.Sprintf(format, args...))
 		}
 	}
+	// Everything below builds or reads files of a checkout: fail before
+	// starting anything when there is none.
+	if _, err := fleet.RepoRoot(); err != nil {
+		return nil, err
+	}
 	if err := clean(o.Dir); err != nil {
 		return nil, err
 	}

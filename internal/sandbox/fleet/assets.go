@@ -14,21 +14,61 @@ import (
 	"sync"
 )
 
-// RepoRoot returns the trainyard checkout this code runs from, found by
-// walking up from the working directory to the go.mod of the main module.
+// RepoRoot returns the trainyard checkout the sandbox works from: the
+// sandbox builds and reads bin/k8s, bin/slurm-root, config/ and hack/ there,
+// and resolves its dependencies' manifests through the checkout's go.mod.
+// It is $TRAINYARD_REPO when set, else the checkout above the working
+// directory, else the checkout holding the running binary (so a plugin
+// built into <checkout>/bin and linked onto PATH works from anywhere).
 func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
+	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		exe = ""
+	}
+	return repoRoot(os.Getenv("TRAINYARD_REPO"), wd, exe)
+}
+
+func repoRoot(repoEnv, wd, exe string) (string, error) {
+	if repoEnv != "" {
+		if root, ok := checkoutAbove(repoEnv); ok && root == filepath.Clean(repoEnv) {
+			return root, nil
+		}
+		return "", fmt.Errorf("TRAINYARD_REPO=%s is not a trainyard checkout (no go.mod of module %s there)", repoEnv, modulePath)
+	}
+	if root, ok := checkoutAbove(wd); ok {
+		return root, nil
+	}
+	if exe != "" {
+		if root, ok := checkoutAbove(filepath.Dir(exe)); ok {
+			return root, nil
+		}
+	}
+	return "", fmt.Errorf("no trainyard checkout above %s or the running binary: run from a clone of the repository or set TRAINYARD_REPO to one (the sandbox builds its control planes and Slurm there)", wd)
+}
+
+const modulePath = "github.com/trainyard-dev/trainyard"
+
+// checkoutAbove walks up from dir to the go.mod of trainyard's module.
+func checkoutAbove(dir string) (string, bool) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", false
+	}
 	for {
 		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(b), "module github.com/trainyard-dev/trainyard\n") {
-			return dir, nil
+		if err == nil && strings.HasPrefix(string(b), "module "+modulePath+"\n") {
+			return dir, true
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", fmt.Errorf("no trainyard go.mod above the working directory")
+			return "", false
 		}
 		dir = parent
 	}
