@@ -39,6 +39,9 @@ type DispatchReconciler struct {
 	// Recorder records what the agent did on the hub Dispatch, after the
 	// status write that says it (nil: none).
 	Recorder record.EventRecorder
+	// Readings tells from which capacity reading of the heartbeat a
+	// running Dispatch's work is counted (nil: not told).
+	Readings *CapacityReadings
 }
 
 // leaseWait paces a Dispatch while the agent holds no lease.
@@ -168,6 +171,10 @@ func (r *DispatchReconciler) observe(ctx context.Context, d *v1alpha1.Dispatch, 
 	if st.Phase != "" && st.Phase != status.Phase {
 		setPhase(status, st.Phase, reasonFor(st), st.Message, now)
 	}
+	if status.Phase == v1alpha1.DispatchRunning && status.CountedFromReading == 0 {
+		// Read after Observe said running: the next reading counts it.
+		status.CountedFromReading = r.Readings.NextCounting()
+	}
 	if st.CompletionTime != nil && status.Phase.IsFinal() {
 		status.CompletionTime = st.CompletionTime
 	}
@@ -209,6 +216,10 @@ func setPhase(status *v1alpha1.DispatchStatus, phase v1alpha1.DispatchPhase, rea
 	}
 	if phase == v1alpha1.DispatchRunning && status.StartTime == nil {
 		status.StartTime = &now
+	}
+	if phase != v1alpha1.DispatchRunning {
+		// Work that runs again (a Slurm requeue) is counted afresh.
+		status.CountedFromReading = 0
 	}
 }
 

@@ -40,6 +40,9 @@ type Heartbeat struct {
 	// Elected is closed once this replica leads (nil: at once); Ready
 	// judges the backend only then, as only the elected replica calls it.
 	Elected <-chan struct{}
+	// Readings numbers the capacity readings it publishes (nil: none
+	// numbered; the hub then judges by times).
+	Readings *CapacityReadings
 
 	mu sync.Mutex
 	// answered: a capacity call succeeded; capErr: the last one's error.
@@ -108,6 +111,11 @@ func (h *Heartbeat) Ready(*http.Request) error {
 
 // Beat sends one heartbeat.
 func (h *Heartbeat) Beat(ctx context.Context) error {
+	// The reading is numbered before it starts: work seen running before
+	// this line is counted by it.
+	var cur v1alpha1.Target
+	getErr := h.Hub.Get(ctx, client.ObjectKey{Name: h.Target}, &cur)
+	reading, numbered := h.Readings.begin(cur.Status.CapacityReading, getErr == nil)
 	start := time.Now()
 	capacity, capErr := h.Backend.Capacity(ctx)
 	metrics.BackendCall(h.Backend, metrics.OpCapacity, start, capErr != nil)
@@ -130,7 +138,15 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		st.LastHeartbeatTime = &now
 		st.AgentVersion = Version
 		st.ObservedGeneration = t.Generation
+		if capacity != nil && numbered && reading <= st.CapacityReading {
+			// Another replica published a later reading meanwhile; this one
+			// is older.
+			capacity = nil
+		}
 		if capacity != nil {
+			if numbered {
+				st.CapacityReading = reading
+			}
 			st.Capacity, st.Free, st.Topology = capacity.Capacity, capacity.Free, capacity.Topology
 			st.MaxGPUsPerNode = capacity.MaxGPUsPerNode
 			st.FreeGPUs = 0

@@ -87,13 +87,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		opts.Clock = clock.RealClock{}
 	}
 	lease := newLease(mgr, opts)
+	readings := &CapacityReadings{}
 	if err := mgr.Add(lease); err != nil {
 		return err
 	}
 	wake := make(chan event.GenericEvent, wakeBuffer)
 	lease.Wake = wake
 	r := &DispatchReconciler{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Resync: opts.Resync,
-		Lease: lease, Live: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("trainyard-agent")}
+		Lease: lease, Live: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("trainyard-agent"), Readings: readings}
 	b := ctrl.NewControllerManagedBy(mgr).Named("trainyard-agent-" + opts.Target).
 		For(&v1alpha1.Dispatch{}).
 		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
@@ -112,7 +113,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	hb := &Heartbeat{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Interval: opts.HeartbeatInterval,
-		Kick: opts.HeartbeatKick, Elected: mgr.Elected()}
+		Kick: opts.HeartbeatKick, Elected: mgr.Elected(), Readings: readings}
 	if err := mgr.Add(hb); err != nil {
 		return err
 	}

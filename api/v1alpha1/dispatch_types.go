@@ -282,6 +282,15 @@ type DispatchStatus struct {
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 
+	// countedFromReading is the first capacity reading of the Target
+	// (Target status.capacityReading) that counts this work's resources as
+	// used, set by the agent once it saw the work running. 0: not known;
+	// the hub then counts the work as in flight until a heartbeat later
+	// than startTime.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CountedFromReading int64 `json:"countedFromReading,omitempty"`
+
 	// completionTime is when the remote work reached a final phase.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`

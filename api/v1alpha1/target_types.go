@@ -558,6 +558,15 @@ type TargetStatus struct {
 	// +optional
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
 
+	// capacityReading numbers the agent's capacity readings: capacity,
+	// free and topology are those of reading N. A Dispatch whose work the
+	// agent saw running records the first reading that counts it
+	// (Dispatch status.countedFromReading), so the hub knows when this
+	// status already holds that work without comparing clocks.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CapacityReading int64 `json:"capacityReading,omitempty"`
+
 	// hubID identifies the hub that manages this target (the UID of the
 	// hub's kube-system namespace), written by the hub. An agent fences
 	// remote work only against the hub identity it first saw.

@@ -171,11 +171,7 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 		if !t.DeletionTimestamp.IsZero() {
 			continue // being drained: nothing new goes there
 		}
-		var heartbeat time.Time
-		if t.Status.LastHeartbeatTime != nil {
-			heartbeat = t.Status.LastHeartbeatTime.Time
-		}
-		gpus, nodes := r.flight.onTargetLocked(t.Name, heartbeat, nodeLevelOf(t), now)
+		gpus, nodes := r.flight.onTargetLocked(t.Name, &t.Status, nodeLevelOf(t), now)
 		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: gpus, InFlight: nodes,
 			Ineligible: ineligible[t.Name], Queued: r.flight.queuedLocked(t.Name)})
 	}
@@ -293,10 +289,12 @@ func reservationsOf(d *v1alpha1.Dispatch, gpus int64, nodeLevel string) []placem
 }
 
 // inFlightOn reports whether d's GPUs may be missing from its target's
-// last heartbeat: until the remote runs its pods may be unbound, and the
-// heartbeat counts bound pods only; once running, a heartbeat taken before
-// the start has not seen them either.
-func inFlightOn(d *v1alpha1.Dispatch, lastHeartbeat time.Time) bool {
+// last reported capacity (target): until the remote runs its pods may be
+// unbound, and the heartbeat counts bound pods only; once running, a
+// reading that began before the agent saw it running has not counted it
+// either. The agent numbers both (countedFromReading); without numbers a
+// heartbeat later than the start is taken to count it.
+func inFlightOn(d *v1alpha1.Dispatch, target *v1alpha1.TargetStatus) bool {
 	if !d.DeletionTimestamp.IsZero() {
 		return false
 	}
@@ -304,7 +302,11 @@ func inFlightOn(d *v1alpha1.Dispatch, lastHeartbeat time.Time) bool {
 	case "", v1alpha1.DispatchPending, v1alpha1.DispatchSubmitted:
 		return true
 	case v1alpha1.DispatchRunning:
-		return d.Status.StartTime == nil || !lastHeartbeat.After(d.Status.StartTime.Time)
+		if d.Status.CountedFromReading > 0 {
+			return target.CapacityReading < d.Status.CountedFromReading
+		}
+		return d.Status.StartTime == nil || target.LastHeartbeatTime == nil ||
+			!target.LastHeartbeatTime.After(d.Status.StartTime.Time)
 	}
 	return false
 }

@@ -293,29 +293,44 @@ func TestInFlightOn(t *testing.T) {
 	d := func(phase v1alpha1.DispatchPhase, startTime *metav1.Time) *v1alpha1.Dispatch {
 		return &v1alpha1.Dispatch{Status: v1alpha1.DispatchStatus{Phase: phase, StartTime: startTime}}
 	}
+	counted := func(from int64) *v1alpha1.Dispatch {
+		r := d(v1alpha1.DispatchRunning, &start)
+		r.Status.CountedFromReading = from
+		return r
+	}
 	deleted := d(v1alpha1.DispatchSubmitted, nil)
 	deleted.DeletionTimestamp = &start
+	beat := func(at time.Time) *metav1.Time { return &metav1.Time{Time: at} }
 	cases := map[string]struct {
-		d         *v1alpha1.Dispatch
-		heartbeat time.Time
-		want      bool
+		d      *v1alpha1.Dispatch
+		target v1alpha1.TargetStatus
+		want   bool
 	}{
 		"not yet seen by its agent":       {d: d("", nil), want: true},
 		"pending":                         {d: d(v1alpha1.DispatchPending, nil), want: true},
-		"submitted, pods maybe unbound":   {d: d(v1alpha1.DispatchSubmitted, nil), heartbeat: t0.Add(time.Hour), want: true},
-		"running without a start time":    {d: d(v1alpha1.DispatchRunning, nil), heartbeat: t0.Add(time.Hour), want: true},
-		"running, heartbeat before start": {d: d(v1alpha1.DispatchRunning, &start), heartbeat: t0.Add(-time.Second), want: true},
-		"running, heartbeat at the start": {d: d(v1alpha1.DispatchRunning, &start), heartbeat: t0, want: true},
+		"submitted, pods maybe unbound":   {d: d(v1alpha1.DispatchSubmitted, nil), target: v1alpha1.TargetStatus{LastHeartbeatTime: beat(t0.Add(time.Hour))}, want: true},
+		"running without a start time":    {d: d(v1alpha1.DispatchRunning, nil), target: v1alpha1.TargetStatus{LastHeartbeatTime: beat(t0.Add(time.Hour))}, want: true},
+		"running, heartbeat before start": {d: d(v1alpha1.DispatchRunning, &start), target: v1alpha1.TargetStatus{LastHeartbeatTime: beat(t0.Add(-time.Second))}, want: true},
+		"running, heartbeat at the start": {d: d(v1alpha1.DispatchRunning, &start), target: v1alpha1.TargetStatus{LastHeartbeatTime: beat(t0)}, want: true},
 		"running, no heartbeat at all":    {d: d(v1alpha1.DispatchRunning, &start), want: true},
-		"running, heartbeat after start":  {d: d(v1alpha1.DispatchRunning, &start), heartbeat: t0.Add(time.Second)},
-		"succeeded":                       {d: d(v1alpha1.DispatchSucceeded, &start)},
-		"failed":                          {d: d(v1alpha1.DispatchFailed, nil)},
-		"rejected":                        {d: d(v1alpha1.DispatchRejected, nil)},
-		"being deleted":                   {d: deleted},
+		"running, heartbeat after start":  {d: d(v1alpha1.DispatchRunning, &start), target: v1alpha1.TargetStatus{LastHeartbeatTime: beat(t0.Add(time.Second))}},
+		// Numbered readings decide, whatever the clocks say.
+		"counted from a later reading, heartbeat after start": {d: counted(8),
+			target: v1alpha1.TargetStatus{CapacityReading: 7, LastHeartbeatTime: beat(t0.Add(time.Hour))}, want: true},
+		"counted from this reading, heartbeat at the start": {d: counted(7),
+			target: v1alpha1.TargetStatus{CapacityReading: 7, LastHeartbeatTime: beat(t0)}},
+		"counted from an earlier reading, heartbeat before start": {d: counted(3),
+			target: v1alpha1.TargetStatus{CapacityReading: 7, LastHeartbeatTime: beat(t0.Add(-time.Hour))}},
+		"counted, target publishes no readings (older agent)": {d: counted(3),
+			target: v1alpha1.TargetStatus{LastHeartbeatTime: beat(t0.Add(time.Hour))}, want: true},
+		"succeeded":     {d: d(v1alpha1.DispatchSucceeded, &start)},
+		"failed":        {d: d(v1alpha1.DispatchFailed, nil)},
+		"rejected":      {d: d(v1alpha1.DispatchRejected, nil)},
+		"being deleted": {d: deleted},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := inFlightOn(tc.d, tc.heartbeat); got != tc.want {
+			if got := inFlightOn(tc.d, &tc.target); got != tc.want {
 				t.Errorf("inFlightOn = %v, want %v", got, tc.want)
 			}
 		})

@@ -128,9 +128,9 @@ func (f *inflight) forget(d *v1alpha1.Dispatch) []reconcile.Request {
 }
 
 // onTargetLocked returns the GPUs in flight to target and those booked on
-// known nodes; lastHeartbeat and nodeLevel are the target's. Stale
+// known nodes; reported (its status) and nodeLevel are the target's. Stale
 // bookings are dropped. The caller holds mu.
-func (f *inflight) onTargetLocked(target string, lastHeartbeat time.Time, nodeLevel string, now time.Time) (int64, []placement.Reservation) {
+func (f *inflight) onTargetLocked(target string, reported *v1alpha1.TargetStatus, nodeLevel string, now time.Time) (int64, []placement.Reservation) {
 	var gpus int64
 	var nodes []placement.Reservation
 	for key, fl := range f.byTarget[target] {
@@ -140,7 +140,7 @@ func (f *inflight) onTargetLocked(target string, lastHeartbeat time.Time, nodeLe
 		case fl.booked:
 			gpus += fl.gpus
 			nodes = append(nodes, fl.nodes...)
-		case inFlightOn(fl.d, lastHeartbeat):
+		case inFlightOn(fl.d, reported):
 			gpus += fl.gpus
 			nodes = append(nodes, reservationsOf(fl.d, fl.gpus, nodeLevel)...)
 		}

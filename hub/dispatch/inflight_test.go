@@ -80,7 +80,7 @@ func TestWatchTakesOverBookings(t *testing.T) {
 	count := func() int64 {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		n, _ := f.onTargetLocked("gpu-a", time.Time{}, "", t0)
+		n, _ := f.onTargetLocked("gpu-a", &v1alpha1.TargetStatus{}, "", t0)
 		return n
 	}
 	f.mu.Lock()
@@ -115,7 +115,7 @@ func TestBookingsExpire(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.bookLocked("agents/a", "gpu-a", "a", types.NamespacedName{Name: "a"}, 8, nil, false, t0)
-	if n, _ := f.onTargetLocked("gpu-a", time.Time{}, "", t0.Add(bookingTTL+time.Second)); n != 0 {
+	if n, _ := f.onTargetLocked("gpu-a", &v1alpha1.TargetStatus{}, "", t0.Add(bookingTTL+time.Second)); n != 0 {
 		t.Errorf("stale booking still counts %d GPUs", n)
 	}
 }
@@ -129,10 +129,10 @@ func TestRunningLeavesFlightWithTheHeartbeat(t *testing.T) {
 	f.observe(d, 8)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if n, _ := f.onTargetLocked("gpu-a", t0.Add(-time.Second), "", t0); n != 8 {
+	if n, _ := f.onTargetLocked("gpu-a", &v1alpha1.TargetStatus{LastHeartbeatTime: &metav1.Time{Time: t0.Add(-time.Second)}}, "", t0); n != 8 {
 		t.Errorf("before the heartbeat: %d in flight, want 8", n)
 	}
-	if n, _ := f.onTargetLocked("gpu-a", t0.Add(time.Second), "", t0); n != 0 {
+	if n, _ := f.onTargetLocked("gpu-a", &v1alpha1.TargetStatus{LastHeartbeatTime: &metav1.Time{Time: t0.Add(time.Second)}}, "", t0); n != 0 {
 		t.Errorf("after the heartbeat: %d in flight, want 0", n)
 	}
 }

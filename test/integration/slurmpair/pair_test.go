@@ -3,7 +3,6 @@ package slurmpair
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -28,12 +27,6 @@ const slurmTimeout = 2 * time.Minute
 // other cluster. All three run at once, each as one Slurm job on the
 // cluster its Dispatch names.
 func TestPlacementFitsJobsByFreeNodes(t *testing.T) {
-	if os.Getenv("TRAINYARD_SLURMPAIR_PLACEMENT") == "" {
-		// A clean-worktree run placed the 1-node job on hpc-b, not beside
-		// big-a on hpc-a (best fit lost, likely to the new Slurm queue depth
-		// or a stale free count); kept out of make test until diagnosed.
-		t.Skip("known failure under investigation; TRAINYARD_SLURMPAIR_PLACEMENT=1 runs it")
-	}
 	makeRuntime(t, "spread")
 	bigA := submit(t, trainJob("big-a", "spread", 3, "sleep", "60"))
 	a := dispatchOf(t, bigA, phaseIs(v1alpha1.DispatchRunning))
