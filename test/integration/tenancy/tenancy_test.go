@@ -120,6 +120,9 @@ func TestTenantsAreIsolatedOnOneSpoke(t *testing.T) {
 		g.Expect(peers.Spec.Egress[0].To[0].PodSelector.MatchLabels).To(Equal(sel))
 		g.Expect(metav1.IsControlledBy(&peers, &js)).To(BeTrue(), "owners %v", peers.OwnerReferences)
 	}
+	// What those policies let through, pod by pod.
+	expectTenantTraffic(g, &jsA, &jsB)
+
 	// team-a's SSH keys exist, in team-a's namespace only, owned by its JobSet.
 	keysName := jsA.Name + "-mpi-ssh-auth"
 	var keys corev1.Secret
