@@ -58,6 +58,7 @@ func newDevCommand() *cobra.Command {
 	up.Flags().StringVar(&o.Dir, "dir", defaultDir, "folder for kubeconfigs, component logs and the sandbox's state")
 	up.Flags().IntVar(&o.Spokes, "spokes", 2, "number of spoke clusters")
 	up.Flags().BoolVar(&o.NoSlurm, "no-slurm", false, "do not start the Slurm cluster")
+	up.Flags().IntVar(&o.SlurmInstance, "slurm-instance", 0, "which harness Slurm cluster to run (0-9, each with ports and a chroot clone of its own): 0 is the Slurm suites', 4-9 are free while make test runs")
 	up.Flags().IntVar(&o.Nodes, "nodes", 4, "kwok GPU nodes per spoke")
 	up.Flags().Int64Var(&o.GPUsPerNode, "gpus-per-node", 8, "GPUs per kwok node")
 	up.Flags().IntVar(&o.Samples, "samples", 8, "sample TrainJobs (2 nodes x 4 GPUs) to submit; best-fit placement spreads them over Slurm and both spokes")
@@ -173,7 +174,8 @@ func devDetach(ctx context.Context, o devOptions, out io.Writer) error {
 	}
 	args := []string{"dev", "up", "--detached-child", "--dir", o.Dir, "--spokes", strconv.Itoa(o.Spokes),
 		"--nodes", strconv.Itoa(o.Nodes), "--gpus-per-node", strconv.FormatInt(o.GPUsPerNode, 10),
-		"--samples", strconv.Itoa(o.Samples), "--no-slurm=" + strconv.FormatBool(o.NoSlurm)}
+		"--samples", strconv.Itoa(o.Samples), "--no-slurm=" + strconv.FormatBool(o.NoSlurm),
+		"--slurm-instance", strconv.Itoa(o.SlurmInstance)}
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A session of its own: no terminal, no Ctrl-C of the shell's group.

@@ -34,6 +34,10 @@ type Options struct {
 	Spokes int
 	// NoSlurm leaves the Slurm cluster out.
 	NoSlurm bool
+	// SlurmInstance picks which of the machine's harness Slurm clusters the
+	// sandbox runs (slurm.Options.Instance): 0 is the one the Slurm suites
+	// use; another lets a sandbox run beside them.
+	SlurmInstance int
 	// Nodes is the number of kwok GPU nodes per spoke, GPUsPerNode their size.
 	Nodes       int
 	GPUsPerNode int64
@@ -58,6 +62,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("GPUs per node must be at least 1, got %d", o.GPUsPerNode)
 	case o.Samples < 0:
 		return fmt.Errorf("samples must not be negative, got %d", o.Samples)
+	case o.SlurmInstance < 0 || o.SlurmInstance > slurm.MaxInstance:
+		return fmt.Errorf("the Slurm instance must be 0..%d, got %d", slurm.MaxInstance, o.SlurmInstance)
 	}
 	return nil
 }
@@ -128,7 +134,7 @@ func Start(ctx context.Context, o Options) (s *Sandbox, err error) {
 	}
 	if !o.NoSlurm {
 		progress("starting Slurm ...")
-		if s.Slurm, err = slurm.Start(ctx, slurm.Options{}); err != nil {
+		if s.Slurm, err = slurm.Start(ctx, slurm.Options{Instance: o.SlurmInstance}); err != nil {
 			return s, fmt.Errorf("slurm: %w (use --no-slurm to go without)", err)
 		}
 	}

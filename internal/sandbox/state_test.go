@@ -73,9 +73,13 @@ func TestCleanKeepsTheState(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	good := Options{Dir: "/tmp/x", Spokes: 1, Nodes: 1, GPUsPerNode: 8}
-	if err := good.Validate(); err != nil {
-		t.Fatal(err)
+	for _, good := range []Options{
+		{Dir: "/tmp/x", Spokes: 1, Nodes: 1, GPUsPerNode: 8},
+		{Dir: "/tmp/x", Spokes: 1, Nodes: 1, GPUsPerNode: 8, SlurmInstance: 9},
+	} {
+		if err := good.Validate(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, bad := range []Options{
 		{Spokes: 1, Nodes: 1, GPUsPerNode: 8},
@@ -84,6 +88,8 @@ func TestValidate(t *testing.T) {
 		{Dir: "d", Spokes: 1, Nodes: 0, GPUsPerNode: 8},
 		{Dir: "d", Spokes: 1, Nodes: 1, GPUsPerNode: 0},
 		{Dir: "d", Spokes: 1, Nodes: 1, GPUsPerNode: 8, Samples: -1},
+		{Dir: "d", Spokes: 1, Nodes: 1, GPUsPerNode: 8, SlurmInstance: -1},
+		{Dir: "d", Spokes: 1, Nodes: 1, GPUsPerNode: 8, SlurmInstance: 10},
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%+v passed", bad)
