@@ -107,6 +107,22 @@ func dispatchOf(t *testing.T, tj *trainer.TrainJob, check func(g Gomega, d *v1al
 	return d
 }
 
+// countedByItsTarget waits until d's Target publishes a capacity reading
+// that counts d's running job (Dispatch status.countedFromReading).
+func countedByItsTarget(t *testing.T, d *v1alpha1.Dispatch) {
+	t.Helper()
+	ctx := context.Background()
+	NewWithT(t).Eventually(func(g Gomega) {
+		var cur v1alpha1.Dispatch
+		g.Expect(env.fleet.Hub.Client.Get(ctx, client.ObjectKeyFromObject(d), &cur)).To(Succeed())
+		g.Expect(cur.Status.CountedFromReading).To(BeNumerically(">", 0), "dispatch %s not stamped", d.Name)
+		var tg v1alpha1.Target
+		g.Expect(env.fleet.Hub.Client.Get(ctx, client.ObjectKey{Name: d.Spec.TargetName}, &tg)).To(Succeed())
+		g.Expect(tg.Status.CapacityReading).To(BeNumerically(">=", cur.Status.CountedFromReading),
+			"target %s has not published the reading that counts %s", tg.Name, d.Name)
+	}, slurmTimeout, util.Interval).Should(Succeed())
+}
+
 func phaseIs(p v1alpha1.DispatchPhase) func(Gomega, *v1alpha1.Dispatch) {
 	return func(g Gomega, d *v1alpha1.Dispatch) {
 		g.Expect(d.Status.Phase).To(Equal(p), "dispatch %s on %s: %s %s", d.Name, d.Spec.TargetName, d.Status.Reason, d.Status.Message)

