@@ -272,7 +272,7 @@ func trainJob(name, runtime string) *trainer.TrainJob {
 func submit(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	t.Helper()
 	ctx := context.Background()
-	NewWithT(t).Expect(env.fleet.Hub.Client.Create(ctx, tj)).To(Succeed())
+	util.CreateTrainJob(NewWithT(t), env.fleet.Hub.Client, tj)
 	t.Cleanup(func() {
 		_ = env.fleet.Hub.Client.Delete(ctx, tj, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		NewWithT(t).Eventually(func(g Gomega) { g.Expect(jobSetsOf(g, tj)).To(BeEmpty()) }, util.Timeout, util.Interval).Should(Succeed())

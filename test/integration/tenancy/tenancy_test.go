@@ -42,7 +42,7 @@ func shipped(t *testing.T, name string) *trainer.ClusterTrainingRuntime {
 func submit(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	t.Helper()
 	ctx := context.Background()
-	NewWithT(t).Expect(fleet.Hub.Client.Create(ctx, tj)).To(Succeed())
+	util.CreateTrainJob(NewWithT(t), fleet.Hub.Client, tj)
 	t.Cleanup(func() { _ = fleet.Hub.Client.Delete(ctx, tj) })
 	return tj
 }
