@@ -36,7 +36,9 @@ const (
 // "No Dispatch" means something only on the hub the work came from, so a
 // pass first checks the hub's identity (Target status.hubID) against the
 // one the agent was given (HubID) or first saw, and deletes nothing on a
-// hub it does not know. A pass deletes at most MaxDeletes jobs.
+// hub it does not know. Until the hub has written its identity a pass only
+// waits: a hub that just started is not a stranger. A pass deletes at most
+// MaxDeletes jobs.
 type Fence struct {
 	Hub       client.Reader
 	Namespace string
@@ -67,7 +69,7 @@ func (f *Fence) NeedLeaderElection() bool { return true }
 
 // Sweep deletes stale remote work once and reports how much it deleted.
 func (f *Fence) Sweep(ctx context.Context) (int, error) {
-	if err := f.knownHub(ctx); err != nil {
+	if known, err := f.knownHub(ctx); !known || err != nil {
 		return 0, err
 	}
 	works, err := f.Lister.ListRemote(ctx)
@@ -115,27 +117,32 @@ func (f *Fence) Sweep(ctx context.Context) (int, error) {
 	return deleted, nil
 }
 
-// knownHub fails unless the Target's hub identity is the trusted one; the
-// first identity seen becomes trusted when none was given.
-func (f *Fence) knownHub(ctx context.Context) error {
+// knownHub reports whether the Target's hub identity is the trusted one;
+// the first identity seen becomes trusted when none was given. A Target
+// without one yet (its hub has not written it) is not known, and not an
+// error either: the pass waits for the next interval. Another identity is.
+func (f *Fence) knownHub(ctx context.Context) (bool, error) {
 	var t v1alpha1.Target
 	if err := f.Hub.Get(ctx, client.ObjectKey{Name: f.Target}, &t); err != nil {
-		return err
+		return false, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id := t.Status.HubID
 	switch {
-	case id != "" && f.HubID == "":
+	case id == "":
+		log.FromContext(ctx).V(1).Info("fence waits for the hub to record its identity", "target", f.Target)
+		return false, nil
+	case f.HubID == "":
 		f.HubID = id
-		return nil
-	case id != "" && id == f.HubID:
-		return nil
+		return true, nil
+	case id == f.HubID:
+		return true, nil
 	}
 	metrics.FenceHeld.WithLabelValues(metrics.FenceHeldUnknownHub).Inc()
 	msg := fmt.Sprintf("the hub's identity %q is not the one this agent knows (%q): no stale work is deleted", id, f.HubID)
 	f.event(corev1.EventTypeWarning, EventFenceUnknownHub, msg)
-	return fmt.Errorf("fence held: %s", msg)
+	return false, fmt.Errorf("fence held: %s", msg)
 }
 
 func (f *Fence) event(typ, reason, msg string) {
