@@ -51,10 +51,33 @@ var ErrPinnedCopyMismatch = errors.New("a TrainingRuntime of the pinned copy's n
 // which should be uncached: a runtime edited a moment ago must be pinned as
 // edited.
 func Pin(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.TrainJob) error {
-	return pinAt(ctx, r, c, tj, time.Now())
+	return pinAt(ctx, r, c, tj, reuse{now: time.Now()})
 }
 
-func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.TrainJob, now time.Time) error {
+// reuse says when an existing copy may be reused without a write.
+type reuse struct {
+	now time.Time
+	// within: a copy stamped less than this before now is reused as it is
+	// (0: every reuse stamps the copy).
+	within time.Duration
+	// cache, when set, is asked first for such a copy.
+	cache client.Reader
+}
+
+// fresh reports whether rt was stamped recently enough to reuse unwritten.
+//
+// Why that is safe: the collector deletes a copy only at a version whose
+// stamp is a grace period old, and a stamp only moves forward. A copy read
+// with a stamp younger than within is therefore not deleted before
+// grace - within from now, time enough for the job's create to land (the
+// webhook's timeout is 10 s) when within is a small share of the grace
+// (the hub uses a tenth). Once the job exists, the collector's live list
+// sees it.
+func (u reuse) fresh(rt *trainer.TrainingRuntime) bool {
+	return u.within > 0 && u.now.Sub(lastPinned(rt)) < u.within
+}
+
+func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.TrainJob, u reuse) error {
 	if err := refusePreset(tj); err != nil {
 		return err
 	}
@@ -73,11 +96,11 @@ func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.Tr
 			Name: name, Namespace: tj.Namespace,
 			Labels: map[string]string{LabelPinned: "true"},
 			Annotations: map[string]string{AnnotationSource: source, AnnotationHash: snap.Hash,
-				AnnotationPinnedAt: now.UTC().Format(time.RFC3339)},
+				AnnotationPinnedAt: u.now.UTC().Format(time.RFC3339)},
 		},
 		Spec: spec,
 	}
-	if err := ensureCopy(ctx, r, c, pinned); err != nil {
+	if err := ensureCopy(ctx, r, c, pinned, u); err != nil {
 		return fmt.Errorf("pin runtime %s: %w", source, err)
 	}
 	defaultFluxNodes(tj, &spec)
@@ -109,14 +132,27 @@ func refusePreset(tj *trainer.TrainJob) error {
 const maxPinAttempts = 4
 
 // ensureCopy creates want or reuses the copy of that name if it holds the
-// same content, touching its AnnotationPinnedAt. The touch is an update at
-// the resourceVersion just read, so a collector that read the copy before
-// it fails its delete precondition; a copy deleted in between is created
-// again. A copy of that name with other content is ErrPinnedCopyMismatch:
-// the job is never pinned to a spec other than the one it was hashed from.
-func ensureCopy(ctx context.Context, r client.Reader, c client.Writer, want *trainer.TrainingRuntime) error {
+// same content, touching its AnnotationPinnedAt unless u finds it fresh.
+// The touch is an update at the resourceVersion just read, so a collector
+// that read the copy before it fails its delete precondition; a copy
+// deleted in between is created again. A copy of that name with other
+// content is ErrPinnedCopyMismatch: the job is never pinned to a spec other
+// than the one it was hashed from.
+//
+// A burst of jobs of one runtime thus costs one create and, per job, at
+// most a cache read: without the freshness rule every job wrote the same
+// copy, and parallel creates conflicted and retried into the webhook's
+// timeout.
+func ensureCopy(ctx context.Context, r client.Reader, c client.Writer, want *trainer.TrainingRuntime, u reuse) error {
 	key := client.ObjectKeyFromObject(want)
 	hash := want.Annotations[AnnotationHash]
+	if u.cache != nil && u.within > 0 {
+		var have trainer.TrainingRuntime
+		if err := u.cache.Get(ctx, key, &have); err == nil &&
+			have.DeletionTimestamp == nil && samePinned(&have, hash) == nil && u.fresh(&have) {
+			return nil
+		}
+	}
 	for range maxPinAttempts {
 		err := c.Create(ctx, want.DeepCopy())
 		if !apierrors.IsAlreadyExists(err) {
@@ -133,6 +169,9 @@ func ensureCopy(ctx context.Context, r client.Reader, c client.Writer, want *tra
 		}
 		if have.DeletionTimestamp != nil {
 			return fmt.Errorf("pinned copy %s is being deleted; retry", key)
+		}
+		if u.fresh(&have) {
+			return nil
 		}
 		have.Annotations[AnnotationPinnedAt] = want.Annotations[AnnotationPinnedAt]
 		err = c.Update(ctx, &have)

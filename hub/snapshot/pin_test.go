@@ -3,8 +3,11 @@ package snapshot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -79,7 +83,7 @@ func TestPinTouchesReusedCopy(t *testing.T) {
 	}
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	tj := tyt.MakeTrainJob("train", ns).Obj()
-	if err := pinAt(context.Background(), c, c, tj, now); err != nil {
+	if err := pinAt(context.Background(), c, c, tj, reuse{now: now}); err != nil {
 		t.Fatal(err)
 	}
 	var got trainer.TrainingRuntime
@@ -191,5 +195,141 @@ func TestPinWebhookStampsClock(t *testing.T) {
 	copies := pinnedCopies(t, c, ns)
 	if len(copies) != 1 || copies[0].Annotations[AnnotationPinnedAt] != now.Format(time.RFC3339) {
 		t.Errorf("copies %v, want one stamped %s", copies, now.Format(time.RFC3339))
+	}
+}
+
+// countingClient counts the writes and live reads of TrainingRuntimes.
+func countingClient(objs ...client.Object) (client.WithWatch, *atomic.Int32, *atomic.Int32) {
+	var writes, reads atomic.Int32
+	c := fake.NewClientBuilder().WithScheme(testScheme()).WithObjects(objs...).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.CreateOption) error {
+				writes.Add(1)
+				return c.Create(ctx, obj, o...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.UpdateOption) error {
+				writes.Add(1)
+				return c.Update(ctx, obj, o...)
+			},
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, o ...client.GetOption) error {
+				if _, ok := obj.(*trainer.TrainingRuntime); ok {
+					reads.Add(1)
+				}
+				return c.Get(ctx, key, obj, o...)
+			},
+		}).Build()
+	return c, &writes, &reads
+}
+
+// TestPinReusesFreshCopyWithoutWrites: a copy stamped less than the reuse
+// window ago is reused as it is (from the cache when it has it, with no
+// request at all); an older one is stamped; a cached copy of other content
+// or being deleted is never trusted.
+func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	stamped := func(ago time.Duration) func(*trainer.TrainingRuntime) {
+		return func(rt *trainer.TrainingRuntime) {
+			rt.Annotations[AnnotationPinnedAt] = now.Add(-ago).Format(time.RFC3339)
+		}
+	}
+	otherContent := func(rt *trainer.TrainingRuntime) {
+		stamped(0)(rt)
+		rt.Spec = tyt.TorchRuntimeSpec(8)
+	}
+	cases := map[string]struct {
+		live, cached func(*trainer.TrainingRuntime) // cached nil: not in the cache
+		within       time.Duration
+		wantWrites   int32
+		wantLiveGets int32
+		wantStamp    time.Time
+		wantErr      error
+	}{
+		"fresh in the cache: no request":  {live: stamped(10 * time.Second), cached: stamped(10 * time.Second), within: time.Minute, wantStamp: now.Add(-10 * time.Second)},
+		"fresh, not cached yet: one read": {live: stamped(10 * time.Second), within: time.Minute, wantWrites: 1, wantLiveGets: 1, wantStamp: now.Add(-10 * time.Second)},
+		"stale in the cache: stamped": {live: stamped(2 * time.Minute), cached: stamped(2 * time.Minute), within: time.Minute,
+			wantWrites: 2, wantLiveGets: 1, wantStamp: now},
+		"cache older than the live stamp": {live: stamped(10 * time.Second), cached: stamped(2 * time.Minute), within: time.Minute,
+			wantWrites: 1, wantLiveGets: 1, wantStamp: now.Add(-10 * time.Second)},
+		"no window: every job stamps": {live: stamped(time.Second), cached: stamped(time.Second), wantWrites: 2, wantLiveGets: 1, wantStamp: now},
+		"cached copy of other content": {live: otherContent, cached: otherContent, within: time.Minute,
+			wantWrites: 1, wantLiveGets: 1, wantErr: ErrPinnedCopyMismatch},
+		"cached copy being deleted": {live: stamped(2 * time.Minute), cached: func(rt *trainer.TrainingRuntime) {
+			stamped(0)(rt)
+			rt.DeletionTimestamp = &metav1.Time{Time: now}
+			rt.Finalizers = []string{"test"}
+		}, within: time.Minute, wantWrites: 2, wantLiveGets: 1, wantStamp: now},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			live := squatter(t, tc.live)
+			c, writes, reads := countingClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), live)
+			u := reuse{now: now, within: tc.within}
+			if tc.cached != nil {
+				u.cache = newClient(squatter(t, tc.cached))
+			}
+			tj := tyt.MakeTrainJob("train", ns).Obj()
+			err := pinAt(context.Background(), c, c, tj, u)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("pin error = %v, want %v", err, tc.wantErr)
+			}
+			if writes.Load() != tc.wantWrites || reads.Load() != tc.wantLiveGets {
+				t.Errorf("writes %d, live reads of the copy %d; want %d, %d", writes.Load(), reads.Load(), tc.wantWrites, tc.wantLiveGets)
+			}
+			if tc.wantErr != nil {
+				return
+			}
+			if tj.Spec.RuntimeRef.Name != live.Name {
+				t.Errorf("job points at %q, want the copy %q", tj.Spec.RuntimeRef.Name, live.Name)
+			}
+			var got trainer.TrainingRuntime
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(live), &got); err != nil {
+				t.Fatal(err)
+			}
+			if at := got.Annotations[AnnotationPinnedAt]; at != tc.wantStamp.Format(time.RFC3339) {
+				t.Errorf("%s = %q, want %s", AnnotationPinnedAt, at, tc.wantStamp.Format(time.RFC3339))
+			}
+		})
+	}
+}
+
+// TestPinBurstWritesTheCopyOnce: parallel pins of one runtime, the way a
+// burst of submissions reaches the webhook, make one copy in one write and
+// reuse it; every job points at it.
+func TestPinBurstWritesTheCopyOnce(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	c, writes, _ := countingClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	const jobs = 32
+	names := make([]string, jobs)
+	var wg sync.WaitGroup
+	errs := make(chan error, jobs)
+	for i := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tj := tyt.MakeTrainJob(fmt.Sprintf("train-%d", i), ns).Obj()
+			errs <- pinAt(context.Background(), c, c, tj, reuse{now: now, within: time.Minute})
+			names[i] = tj.Spec.RuntimeRef.Name
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("pin: %v", err)
+		}
+	}
+	copies := pinnedCopies(t, c, ns)
+	if len(copies) != 1 {
+		t.Fatalf("%d pinned copies, want 1", len(copies))
+	}
+	for i, n := range names {
+		if n != copies[0].Name {
+			t.Errorf("job %d points at %q, want %q", i, n, copies[0].Name)
+		}
+	}
+	// Every create is attempted; only the first makes the copy, and none
+	// of the others writes it again.
+	if got := writes.Load(); got != jobs {
+		t.Errorf("%d writes (creates and updates), want %d creates and no update", got, jobs)
 	}
 }

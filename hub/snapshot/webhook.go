@@ -36,6 +36,19 @@ type PinWebhook struct {
 	Cache client.Reader
 	// Clock stamps AnnotationPinnedAt (default: the real clock).
 	Clock clock.PassiveClock
+	// RestampAfter: a pinned copy stamped less than this ago is reused
+	// without a write (0: every job stamps it). Keep it a small share of
+	// the collector's grace period; RestampAfterFor gives the hub's.
+	RestampAfter time.Duration
+}
+
+// RestampAfterFor is the RestampAfter the hub uses beside a collector of
+// grace period grace (0: DefaultGCGracePeriod): a tenth of it.
+func RestampAfterFor(grace time.Duration) time.Duration {
+	if grace <= 0 {
+		grace = DefaultGCGracePeriod
+	}
+	return grace / 10
 }
 
 // visibleTimeout bounds the wait for a new pinned copy to reach the caches.
@@ -66,7 +79,7 @@ func (w *PinWebhook) Handle(ctx context.Context, req admission.Request) admissio
 	} else {
 		now = time.Now()
 	}
-	if err := pinAt(ctx, w.Reader, w.Writer, &tj, now); err != nil {
+	if err := pinAt(ctx, w.Reader, w.Writer, &tj, reuse{now: now, within: w.RestampAfter, cache: w.Cache}); err != nil {
 		if errors.Is(err, ErrRuntimeNotFound) || errors.Is(err, ErrUnsupportedRuntime) || errors.Is(err, ErrPinnedCopyMismatch) ||
 			errors.Is(err, ErrSnapshotMismatch) {
 			return admission.Denied("trainyard cannot pin the runtime of this TrainJob: " + err.Error())
