@@ -34,7 +34,8 @@ type inflight struct {
 
 // flight is one Dispatch's claim on a target. A booked claim (not yet
 // seen by the watch) carries its reservations; a watched one carries the
-// fields inFlightOn and reservationsOf read.
+// fields inFlightOn and reservationsOf read (observe copies exactly those:
+// one left out silently changes what counts as in flight).
 type flight struct {
 	workload types.UID
 	gpus     int64
@@ -100,6 +101,7 @@ func (f *inflight) observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request
 	slim := &v1alpha1.Dispatch{}
 	slim.DeletionTimestamp = d.DeletionTimestamp
 	slim.Status.Phase, slim.Status.StartTime = d.Status.Phase, d.Status.StartTime
+	slim.Status.CountedFromReading = d.Status.CountedFromReading
 	slim.Spec.PodSets = d.Spec.PodSets
 	prev, seen := on[key]
 	fl := flight{workload: d.Spec.Workload.UID, gpus: gpus, queued: d.Annotations[v1alpha1.AnnotationQueued] == "true", d: slim}

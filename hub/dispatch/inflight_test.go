@@ -120,20 +120,37 @@ func TestBookingsExpire(t *testing.T) {
 	}
 }
 
-// TestRunningLeavesFlightWithTheHeartbeat: a running Dispatch counts until
-// a heartbeat taken after its start includes it.
-func TestRunningLeavesFlightWithTheHeartbeat(t *testing.T) {
-	f := newInflight()
-	d := pendingDispatch("a", "gpu-a", v1alpha1.DispatchRunning)
-	d.Status.StartTime = &metav1.Time{Time: t0}
-	f.observe(d, 8)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if n, _ := f.onTargetLocked("gpu-a", &v1alpha1.TargetStatus{LastHeartbeatTime: &metav1.Time{Time: t0.Add(-time.Second)}}, "", t0); n != 8 {
-		t.Errorf("before the heartbeat: %d in flight, want 8", n)
+// TestRunningLeavesFlightWithTheCountingReading: a running Dispatch, as
+// the watch records it, counts until the target publishes the capacity
+// reading its agent stamped on it; without a stamp, until a heartbeat
+// taken after its start.
+func TestRunningLeavesFlightWithTheCountingReading(t *testing.T) {
+	before, after := &metav1.Time{Time: t0.Add(-time.Second)}, &metav1.Time{Time: t0.Add(time.Second)}
+	cases := map[string]struct {
+		countedFrom int64
+		reported    v1alpha1.TargetStatus
+		want        int64
+	}{
+		"unstamped, heartbeat before the start":    {reported: v1alpha1.TargetStatus{LastHeartbeatTime: before}, want: 8},
+		"unstamped, heartbeat after the start":     {reported: v1alpha1.TargetStatus{LastHeartbeatTime: after}, want: 0},
+		"stamped, its reading not published":       {countedFrom: 5, reported: v1alpha1.TargetStatus{CapacityReading: 4, LastHeartbeatTime: after}, want: 8},
+		"stamped, its reading published":           {countedFrom: 5, reported: v1alpha1.TargetStatus{CapacityReading: 5, LastHeartbeatTime: before}, want: 0},
+		"stamped, a later reading published":       {countedFrom: 5, reported: v1alpha1.TargetStatus{CapacityReading: 9}, want: 0},
+		"stamped, heartbeat time is not consulted": {countedFrom: 5, reported: v1alpha1.TargetStatus{CapacityReading: 3, LastHeartbeatTime: after}, want: 8},
 	}
-	if n, _ := f.onTargetLocked("gpu-a", &v1alpha1.TargetStatus{LastHeartbeatTime: &metav1.Time{Time: t0.Add(time.Second)}}, "", t0); n != 0 {
-		t.Errorf("after the heartbeat: %d in flight, want 0", n)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newInflight()
+			d := pendingDispatch("a", "gpu-a", v1alpha1.DispatchRunning)
+			d.Status.StartTime = &metav1.Time{Time: t0}
+			d.Status.CountedFromReading = tc.countedFrom
+			f.observe(d, 8)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if n, _ := f.onTargetLocked("gpu-a", &tc.reported, "", t0); n != tc.want {
+				t.Errorf("%d GPUs in flight, want %d", n, tc.want)
+			}
+		})
 	}
 }
 
