@@ -28,7 +28,7 @@ slurm-root: ## Build the Debian trixie chroot with Slurm 24.11 (cached).
 	hack/slurm/build-root.sh
 
 .PHONY: dev-up
-dev-up: tools slurm-root ## Start the local sandbox (hub + Kueue, 2 kwok spokes, Slurm); Ctrl-C stops it.
+dev-up: tools slurm-root ## Start the local sandbox (hub + Kueue, 2 kwok spokes, 2 Slurm clusters: bare and OCI containers); Ctrl-C stops it.
 	go run ./cmd/trainyard dev up
 
 ##@ Code generation

@@ -57,8 +57,8 @@ func newDevCommand() *cobra.Command {
 	}
 	up.Flags().StringVar(&o.Dir, "dir", defaultDir, "folder for kubeconfigs, component logs and the sandbox's state")
 	up.Flags().IntVar(&o.Spokes, "spokes", 2, "number of spoke clusters")
-	up.Flags().BoolVar(&o.NoSlurm, "no-slurm", false, "do not start the Slurm cluster")
-	up.Flags().IntVar(&o.SlurmInstance, "slurm-instance", 0, "which harness Slurm cluster to run (0-9, each with ports and a chroot clone of its own): 0 is the Slurm suites', 4-9 are free while make test runs")
+	up.Flags().BoolVar(&o.NoSlurm, "no-slurm", false, "do not start the Slurm clusters")
+	up.Flags().IntVar(&o.SlurmInstance, "slurm-instance", 0, "which harness Slurm clusters to run: this one for target hpc, the next for hpc-oci (0-8, each with ports and a chroot clone of its own); 0-3 are the Slurm suites', 4-8 are free while make test runs")
 	up.Flags().IntVar(&o.Nodes, "nodes", 4, "kwok GPU nodes per spoke")
 	up.Flags().Int64Var(&o.GPUsPerNode, "gpus-per-node", 8, "GPUs per kwok node")
 	up.Flags().IntVar(&o.Samples, "samples", 8, "sample TrainJobs (2 nodes x 4 GPUs) to submit; best-fit placement spreads them over Slurm and both spokes")

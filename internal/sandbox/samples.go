@@ -42,15 +42,29 @@ const (
 	// TorchSample runs real PyTorch on Slurm: torchrun and a gloo
 	// all-reduce across 2 nodes, one process each.
 	TorchSample = "torch-allreduce"
+	// OCIQueue queues OCISample onto the Slurm target hpc-oci alone, which
+	// runs every job in its image (containerRuntime OCI).
+	OCIQueue     = "hpc-oci"
+	hpcOCIFlavor = "hpc-oci"
+	// OCISample runs a shell in sampleImage on 2 nodes of hpc-oci.
+	OCISample = "oci-probe"
+	// sampleImage is pushed to the sandbox registry at start: a shell and
+	// SampleImageMarker (registry.ShellImage).
+	sampleImage       = "trainyard/sandbox-probe:v1"
+	SampleImageMarker = "the trainyard sandbox's sample image"
+	// ociWorkDir is hpc-oci's spec.slurm.workDir.
+	ociWorkDir = "/scratch/%u/trainyard"
 )
 
 // startTrainyard sets up a sample quota (a ClusterQueue with trainyard's
 // admission check), a torch runtime, and runs the hub and one agent per
-// spoke and for the Slurm cluster in this process. The Slurm target "hpc"
+// spoke and per Slurm cluster in this process. The Slurm target "hpc"
 // serves the same flavor from its gpu partition, running team-a's jobs as
 // the Unix user alice, and also the flavor of queue team-a/hpc, which no
-// spoke serves (setUpSlurmQueue).
-func startTrainyard(ctx context.Context, f *fleet.Fleet, sl *slurm.Cluster, o Options) (*controllers.Controllers, error) {
+// spoke serves (setUpSlurmQueues). The Slurm target "hpc-oci" serves only
+// queue team-a/hpc-oci's flavor: it runs every job in its image, and the
+// images Kubeflow's runtimes name are out of reach without internet.
+func startTrainyard(ctx context.Context, f *fleet.Fleet, sl, slOCI *slurm.Cluster, o Options) (*controllers.Controllers, error) {
 	gpus := int64(o.Spokes*o.Nodes) * o.GPUsPerNode
 	if sl != nil {
 		gpus += slurmGPUs
@@ -82,22 +96,38 @@ func startTrainyard(ctx context.Context, f *fleet.Fleet, sl *slurm.Cluster, o Op
 		}
 	}
 	if sl != nil {
-		if err := setUpSlurmQueue(ctx, f); err != nil {
+		if err := setUpSlurmQueues(ctx, f); err != nil {
 			return nil, err
 		}
+		if err := slOCI.MakeWorkDirs(ctx, ociWorkDir, "alice"); err != nil {
+			return nil, err
+		}
+		alice := []v1alpha1.SlurmAccount{{Namespace: SampleNamespace, User: "alice"}}
 		opts.Slurm = []controllers.SlurmTarget{{Name: "hpc", Cluster: sl, APIVersion: "v0.0.42",
 			Partitions: []v1alpha1.SlurmPartition{{Flavor: sampleFlavor, Partition: "gpu"}, {Flavor: hpcFlavor, Partition: "gpu"}},
-			Accounts:   []v1alpha1.SlurmAccount{{Namespace: SampleNamespace, User: "alice"}}}}
+			Accounts:   alice,
+		}, {Name: "hpc-oci", Cluster: slOCI, APIVersion: "v0.0.42", ContainerRuntime: v1alpha1.ContainerRuntimeOCI,
+			// OCI unpacks the image once, where every node sees it.
+			WorkDir:    ociWorkDir,
+			Partitions: []v1alpha1.SlurmPartition{{Flavor: hpcOCIFlavor, Partition: "gpu"}},
+			Accounts:   alice,
+		}}
 	}
 	return controllers.Start(ctx, f, opts)
 }
 
-// setUpSlurmQueue makes queue team-a/hpc, whose flavor only the Slurm
-// target serves.
-func setUpSlurmQueue(ctx context.Context, f *fleet.Fleet) error {
-	return controllers.SetUpQueue(ctx, f.Hub, controllers.Queue{
-		ClusterQueue: "team-a-hpc", Namespace: SampleNamespace, LocalQueue: SlurmQueue, Flavor: hpcFlavor, GPUs: fmt.Sprint(slurmGPUs),
-	})
+// setUpSlurmQueues makes queues team-a/hpc and team-a/hpc-oci, whose
+// flavors only the Slurm target of that name serves.
+func setUpSlurmQueues(ctx context.Context, f *fleet.Fleet) error {
+	for _, q := range []controllers.Queue{
+		{ClusterQueue: "team-a-hpc", Namespace: SampleNamespace, LocalQueue: SlurmQueue, Flavor: hpcFlavor, GPUs: fmt.Sprint(slurmGPUs)},
+		{ClusterQueue: "team-a-hpc-oci", Namespace: SampleNamespace, LocalQueue: OCIQueue, Flavor: hpcOCIFlavor, GPUs: fmt.Sprint(slurmGPUs)},
+	} {
+		if err := controllers.SetUpQueue(ctx, f.Hub, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // slurmGPUs are the GPUs of the sandbox Slurm cluster's gpu partition.
@@ -179,31 +209,53 @@ print(f"allreduce rank={dist.get_rank()} world={dist.get_world_size()} sum={t.it
 dist.destroy_process_group()
 `
 
-// torchSample is TorchSample: torchrun, started by trainyard's torchrun
-// launcher on 2 Slurm nodes of 1 GPU each (so one process each), runs a
-// gloo all-reduce on the CPU (the chroot's Debian PyTorch). All emulated
-// nodes are one host, so gloo uses loopback.
-func torchSample() *trainer.TrainJob {
-	tj := sampleTrainJob(TorchSample)
-	tj.Labels[queueLabel] = SlurmQueue
+// slurmSample is a two-node TrainJob of 1 GPU per node (so one process
+// per node) in queue.
+func slurmSample(name, queue string) *trainer.TrainJob {
+	tj := sampleTrainJob(name)
+	tj.Labels[queueLabel] = queue
 	one := *resource.NewQuantity(1, resource.DecimalSI)
 	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{fleet.GPUResource: one},
 		Limits:   corev1.ResourceList{fleet.GPUResource: one},
 	}
+	return tj
+}
+
+// torchSample is TorchSample: torchrun, started by trainyard's torchrun
+// launcher on 2 Slurm nodes, runs a gloo all-reduce on the CPU (the
+// chroot's Debian PyTorch). All emulated nodes are one host, so gloo uses
+// loopback.
+func torchSample() *trainer.TrainJob {
+	tj := slurmSample(TorchSample, SlurmQueue)
 	tj.Spec.Trainer.Command = []string{"torchrun", "--no-python", "python3", "-c", AllReduceProgram}
 	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "GLOO_SOCKET_IFNAME", Value: "lo"}}
 	return tj
 }
 
-// submitTorchSample submits TorchSample. Its runtime's pinned copy may be
-// only milliseconds old, and Kueue's TrainJob webhook reads runtimes from
-// its own cache: a "not found" is retried for a few seconds, as kubectl
-// users would.
-func submitTorchSample(ctx context.Context, f *fleet.Fleet) error {
+// ociProbe is what OCISample runs in the image's /bin/sh: it says on
+// which node rank it runs, whether it sees the node's Slurm (the image has
+// none) and which image it is in.
+const ociProbe = `if [ -e /usr/sbin/slurmd ]; then where=bare-node; else where=container; fi
+echo "oci-probe rank=$PET_NODE_RANK of $PET_NNODES in=$where image=$(cat /etc/trainyard-image)"
+`
+
+// ociSample is OCISample: ociProbe in image on 2 nodes of hpc-oci.
+func ociSample(image string) *trainer.TrainJob {
+	tj := slurmSample(OCISample, OCIQueue)
+	tj.Spec.Trainer.Image = &image
+	tj.Spec.Trainer.Command = []string{"/bin/sh", "-c", ociProbe}
+	return tj
+}
+
+// submitRetrying submits one of the Slurm samples. Its runtime's pinned
+// copy may be only milliseconds old, and Kueue's TrainJob webhook reads
+// runtimes from its own cache: a "not found" is retried for a few seconds,
+// as kubectl users would.
+func submitRetrying(ctx context.Context, f *fleet.Fleet, tj *trainer.TrainJob) error {
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if err = f.Hub.Client.Create(ctx, torchSample()); err == nil || !strings.Contains(err.Error(), "not found") || time.Now().After(deadline) {
+		if err = f.Hub.Client.Create(ctx, tj.DeepCopy()); err == nil || !strings.Contains(err.Error(), "not found") || time.Now().After(deadline) {
 			break
 		}
 		select {
@@ -213,7 +265,7 @@ func submitTorchSample(ctx context.Context, f *fleet.Fleet) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("submit %s: %w", TorchSample, err)
+		return fmt.Errorf("submit %s: %w", tj.Name, err)
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
 // Package sandbox is trainyard's local sandbox, the product behind
-// `trainyard dev up`: a hub control plane with Kueue, kwok GPU spokes and
-// a Slurm cluster (the runners in fleet, slurm and controllers), trainyard's
-// hub and agents, a sample queue and sample TrainJobs. The integration
+// `trainyard dev up`: a hub control plane with Kueue, kwok GPU spokes, a
+// Slurm cluster that runs jobs on its bare nodes and one that runs them in
+// OCI containers pulled from an image registry on loopback (the runners in
+// fleet, slurm, registry and controllers), trainyard's hub and agents, a
+// sample queue and sample TrainJobs. The integration
 // tests run on the same runners through test/harness.
 package sandbox
 
@@ -19,6 +21,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
 	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
+	"github.com/trainyard-dev/trainyard/internal/sandbox/registry"
 	"github.com/trainyard-dev/trainyard/internal/sandbox/slurm"
 )
 
@@ -32,11 +35,12 @@ type Options struct {
 	Dir string
 	// Spokes is the number of spoke clusters.
 	Spokes int
-	// NoSlurm leaves the Slurm cluster out.
+	// NoSlurm leaves the Slurm clusters out.
 	NoSlurm bool
 	// SlurmInstance picks which of the machine's harness Slurm clusters the
-	// sandbox runs (slurm.Options.Instance): 0 is the one the Slurm suites
-	// use; another lets a sandbox run beside them.
+	// sandbox runs (slurm.Options.Instance): this one for target hpc and
+	// the next for target hpc-oci. 0 and 1 are the Slurm suites' own; 4
+	// and up let a sandbox run beside them.
 	SlurmInstance int
 	// Nodes is the number of kwok GPU nodes per spoke, GPUsPerNode their size.
 	Nodes       int
@@ -62,16 +66,20 @@ func (o Options) Validate() error {
 		return fmt.Errorf("GPUs per node must be at least 1, got %d", o.GPUsPerNode)
 	case o.Samples < 0:
 		return fmt.Errorf("samples must not be negative, got %d", o.Samples)
-	case o.SlurmInstance < 0 || o.SlurmInstance > slurm.MaxInstance:
-		return fmt.Errorf("the Slurm instance must be 0..%d, got %d", slurm.MaxInstance, o.SlurmInstance)
+	case o.SlurmInstance < 0 || o.SlurmInstance > slurm.MaxInstance-1:
+		return fmt.Errorf("the Slurm instance must be 0..%d (the sandbox also runs the next one), got %d", slurm.MaxInstance-1, o.SlurmInstance)
 	}
 	return nil
 }
 
 // Sandbox is a running sandbox. Stop it once.
 type Sandbox struct {
-	Fleet       *fleet.Fleet
+	Fleet *fleet.Fleet
+	// Slurm runs target hpc's jobs on its bare nodes; SlurmOCI target
+	// hpc-oci's in OCI containers pulled from Registry.
 	Slurm       *slurm.Cluster
+	SlurmOCI    *slurm.Cluster
+	Registry    *registry.Registry
 	Controllers *controllers.Controllers
 	// Ready is how long the start took.
 	Ready   time.Duration
@@ -132,9 +140,10 @@ func Start(ctx context.Context, o Options) (s *Sandbox, err error) {
 			return s, err
 		}
 	}
+	var image string
 	if !o.NoSlurm {
-		progress("starting Slurm ...")
-		if s.Slurm, err = slurm.Start(ctx, slurm.Options{Instance: o.SlurmInstance}); err != nil {
+		progress("starting 2 Slurm clusters (bare nodes, OCI containers) and an image registry ...")
+		if image, err = s.startSlurm(ctx); err != nil {
 			return s, fmt.Errorf("slurm: %w (use --no-slurm to go without)", err)
 		}
 	}
@@ -142,20 +151,51 @@ func Start(ctx context.Context, o Options) (s *Sandbox, err error) {
 		return s, err
 	}
 	progress("starting the hub and the agents ...")
-	if s.Controllers, err = startTrainyard(ctx, s.Fleet, s.Slurm, o); err != nil {
+	if s.Controllers, err = startTrainyard(ctx, s.Fleet, s.Slurm, s.SlurmOCI, o); err != nil {
 		return s, err
 	}
 	if err = submitSamples(ctx, s.Fleet, o.Samples); err != nil {
 		return s, err
 	}
 	if s.Slurm != nil && o.Samples > 0 {
-		if err = submitTorchSample(ctx, s.Fleet); err != nil {
+		if err = submitRetrying(ctx, s.Fleet, torchSample()); err != nil {
 			return s, err
 		}
 		progress("submitted %s to queue %s/%s: real PyTorch (torchrun, gloo all-reduce) on the Slurm target hpc", TorchSample, SampleNamespace, SlurmQueue)
+		if err = submitRetrying(ctx, s.Fleet, ociSample(image)); err != nil {
+			return s, err
+		}
+		progress("submitted %s to queue %s/%s: a shell in image %s on 2 nodes of the Slurm target hpc-oci", OCISample, SampleNamespace, OCIQueue, image)
 	}
 	s.Ready = time.Since(t0)
 	return s, nil
+}
+
+// startSlurm starts both Slurm clusters side by side, lets the second run
+// OCI containers from a registry it starts, and pushes the sample image
+// there; it returns the image's reference.
+func (s *Sandbox) startSlurm(ctx context.Context) (string, error) {
+	oci := make(chan error, 1)
+	go func() {
+		var err error
+		s.SlurmOCI, err = slurm.Start(ctx, slurm.Options{Instance: s.opts.SlurmInstance + 1})
+		oci <- err
+	}()
+	var err error
+	s.Slurm, err = slurm.Start(ctx, slurm.Options{Instance: s.opts.SlurmInstance})
+	if errOCI := <-oci; err == nil {
+		err = errOCI
+	}
+	if err != nil {
+		return "", err
+	}
+	if s.Registry, err = registry.Start(); err != nil {
+		return "", err
+	}
+	if err := s.SlurmOCI.EnableOCI(ctx, s.Registry.Addr); err != nil {
+		return "", err
+	}
+	return s.Registry.Push(ctx, sampleImage, registry.ShellImage(s.SlurmOCI.Root, SampleImageMarker))
 }
 
 // Stop stops the controllers, Slurm and the fleet, and waits for them;
@@ -170,9 +210,14 @@ func (s *Sandbox) Stop() {
 		progress("stopping the hub and the agents ...")
 		s.Controllers.Stop()
 	}
-	if s.Slurm != nil {
-		progress("stopping Slurm ...")
-		_ = s.Slurm.Stop()
+	for _, c := range []*slurm.Cluster{s.Slurm, s.SlurmOCI} {
+		if c != nil {
+			progress("stopping Slurm cluster " + c.Name + " ...")
+			_ = c.Stop()
+		}
+	}
+	if s.Registry != nil {
+		_ = s.Registry.Close()
 	}
 	if s.Fleet != nil {
 		progress("stopping the fleet ...")
@@ -200,7 +245,14 @@ func (s *Sandbox) Access() []Access {
 			"KUBECONFIG=" + c.Kubeconfig})
 	}
 	if s.Slurm != nil {
-		out = append(out, Access{"slurm", "Slurm 24.11 (slurmrestd)", fmt.Sprintf("%s (chroot %s)", s.Slurm.URL, s.Slurm.Root)})
+		out = append(out, Access{"slurm", "Slurm 24.11 (slurmrestd), target hpc: bare nodes", fmt.Sprintf("%s (chroot %s)", s.Slurm.URL, s.Slurm.Root)})
+	}
+	if s.SlurmOCI != nil {
+		out = append(out, Access{"slurm-oci", "Slurm 24.11 (slurmrestd), target hpc-oci: OCI containers (crun)",
+			fmt.Sprintf("%s (chroot %s)", s.SlurmOCI.URL, s.SlurmOCI.Root)})
+	}
+	if s.Registry != nil {
+		out = append(out, Access{"registry", "OCI image registry (loopback, in memory)", s.Registry.Addr})
 	}
 	return out
 }

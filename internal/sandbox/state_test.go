@@ -75,7 +75,7 @@ func TestCleanKeepsTheState(t *testing.T) {
 func TestValidate(t *testing.T) {
 	for _, good := range []Options{
 		{Dir: "/tmp/x", Spokes: 1, Nodes: 1, GPUsPerNode: 8},
-		{Dir: "/tmp/x", Spokes: 1, Nodes: 1, GPUsPerNode: 8, SlurmInstance: 9},
+		{Dir: "/tmp/x", Spokes: 1, Nodes: 1, GPUsPerNode: 8, SlurmInstance: 8},
 	} {
 		if err := good.Validate(); err != nil {
 			t.Fatal(err)
@@ -89,7 +89,7 @@ func TestValidate(t *testing.T) {
 		{Dir: "d", Spokes: 1, Nodes: 1, GPUsPerNode: 0},
 		{Dir: "d", Spokes: 1, Nodes: 1, GPUsPerNode: 8, Samples: -1},
 		{Dir: "d", Spokes: 1, Nodes: 1, GPUsPerNode: 8, SlurmInstance: -1},
-		{Dir: "d", Spokes: 1, Nodes: 1, GPUsPerNode: 8, SlurmInstance: 10},
+		{Dir: "d", Spokes: 1, Nodes: 1, GPUsPerNode: 8, SlurmInstance: 9}, // its OCI cluster would be 10
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%+v passed", bad)

@@ -97,6 +97,8 @@ type SlurmTarget struct {
 	Launchers []v1alpha1.Launcher
 	// WorkDir is spec.slurm.workDir; the suite makes the users' folders.
 	WorkDir string
+	// ContainerRuntime is spec.slurm.containerRuntime (empty: None).
+	ContainerRuntime v1alpha1.ContainerRuntime
 }
 
 // Controllers are the running hub and agents.
@@ -277,6 +279,9 @@ func registerSlurmTarget(ctx context.Context, h *fleet.Cluster, st SlurmTarget, 
 		Accounts:     st.Accounts,
 		Launchers:    st.Launchers,
 		WorkDir:      st.WorkDir,
+	}
+	if st.ContainerRuntime != "" {
+		spec.ContainerRuntime = st.ContainerRuntime
 	}
 	if len(st.Partitions) > 0 {
 		spec.Partitions = st.Partitions

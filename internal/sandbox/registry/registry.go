@@ -193,3 +193,28 @@ func (img Image) tar() ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// ShellImage is the smallest image that runs POSIX shell scripts: dash as
+// /bin/sh and cat, with the C library they need, copied from the system
+// tree at root (a Slurm chroot), and /etc/trainyard-image holding marker,
+// so a task can tell it runs in this image rather than on the bare node.
+// It has /dev, /proc, /sys, /tmp and /root for the OCI runtime's mounts.
+func ShellImage(root, marker string) Image {
+	lib := "/usr/lib/x86_64-linux-gnu/"
+	from := func(p string) string { return path.Join(root, p) }
+	return Image{
+		Files: map[string]string{
+			"/usr/bin/dash":              from("/usr/bin/dash"),
+			"/usr/bin/cat":               from("/usr/bin/cat"),
+			lib + "libc.so.6":            from(lib + "libc.so.6"),
+			lib + "ld-linux-x86-64.so.2": from(lib + "ld-linux-x86-64.so.2"),
+		},
+		Symlinks: map[string]string{
+			"/bin": "usr/bin", "/lib": "usr/lib", "/usr/bin/sh": "dash",
+			"/lib64/ld-linux-x86-64.so.2": lib + "ld-linux-x86-64.so.2",
+		},
+		Content: map[string][]byte{"/etc/trainyard-image": []byte(marker + "\n")},
+		Dirs:    []string{"/dev", "/proc", "/sys", "/tmp", "/root"},
+		Env:     []string{"PATH=/usr/bin:/bin"},
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -246,6 +247,32 @@ func (c *Cluster) Stop() error {
 		}
 	})
 	return c.err
+}
+
+// EnableOCI lets the running cluster run OCI containers (srun --container
+// with crun, rootless) and pull images from each registry, host:port on
+// loopback over plain HTTP (hack/slurm/oci.sh). Jobs that ask for no
+// container run on the bare nodes as before.
+func (c *Cluster) EnableOCI(ctx context.Context, registries ...string) error {
+	return c.scriptArgs(ctx, "oci.sh", registries)
+}
+
+// MakeWorkDirs makes each user's job directory for a Target's
+// spec.slurm.workDir of the form /base/%u/leaf: /base owned by root, the
+// user's two levels owned by the user, all readable by all (each job makes
+// its own directory private). The cluster's nodes share one filesystem,
+// the shared filesystem a site would give them.
+func (c *Cluster) MakeWorkDirs(ctx context.Context, pattern string, users ...string) error {
+	for _, u := range users {
+		dir := strings.ReplaceAll(pattern, "%u", u)
+		if _, err := c.Exec(ctx, "install", "-d", "-m", "0755", path.Dir(path.Dir(dir))); err != nil {
+			return err
+		}
+		if _, err := c.Exec(ctx, "install", "-d", "-m", "0755", "-o", u, "-g", u, path.Dir(dir), dir); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // StopDaemon stops "slurmctld", "slurmrestd" or "slurmdbd" of the running

@@ -3,8 +3,6 @@ package slurmdispatch
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,7 +14,6 @@ import (
 	"github.com/trainyard-dev/trainyard/backends/slurm"
 	"github.com/trainyard-dev/trainyard/internal/sandbox/registry"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -46,22 +43,7 @@ func TestOCIContainers(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = reg.Close() })
 	enableOCI(t, reg.Addr)
-	root := env.cluster.Root
-	ref, err := reg.Push(ctx, "trainyard/probe:v1", registry.Image{
-		Files: map[string]string{
-			"/usr/bin/dash":                                  filepath.Join(root, "usr/bin/dash"),
-			"/usr/bin/cat":                                   filepath.Join(root, "usr/bin/cat"),
-			"/usr/lib/x86_64-linux-gnu/libc.so.6":            filepath.Join(root, "usr/lib/x86_64-linux-gnu/libc.so.6"),
-			"/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2": filepath.Join(root, "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"),
-		},
-		Symlinks: map[string]string{
-			"/bin": "usr/bin", "/lib": "usr/lib", "/usr/bin/sh": "dash",
-			"/lib64/ld-linux-x86-64.so.2": "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
-		},
-		Content: map[string][]byte{"/etc/trainyard-image": []byte(imageMarker + "\n")},
-		Dirs:    []string{"/dev", "/proc", "/sys", "/tmp", "/root"},
-		Env:     []string{"PATH=/usr/bin:/bin"},
-	})
+	ref, err := reg.Push(ctx, "trainyard/probe:v1", registry.ShellImage(env.cluster.Root, imageMarker))
 	g.Expect(err).NotTo(HaveOccurred())
 	setContainerRuntime(t, v1alpha1.ContainerRuntimeOCI)
 	makeRuntime(t, "oci-slurm", tytesting.TorchRuntimeSpec(1))
@@ -124,16 +106,11 @@ func TestOCIContainers(t *testing.T) {
 }
 
 // enableOCI lets the harness cluster run OCI containers and pull from the
-// loopback registry at addr (hack/slurm/oci.sh).
+// loopback registry at addr.
 func enableOCI(t *testing.T, addr string) {
 	t.Helper()
-	repo, err := kube.RepoRoot()
-	if err != nil {
+	if err := env.cluster.EnableOCI(context.Background(), addr); err != nil {
 		t.Fatal(err)
-	}
-	out, err := exec.Command("bash", filepath.Join(repo, "hack", "slurm", "oci.sh"), env.cluster.Root, addr).CombinedOutput()
-	if err != nil {
-		t.Fatalf("oci.sh: %v\n%s", err, out)
 	}
 }
 

@@ -9,8 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path"
-	"strings"
 	"testing"
 	"time"
 
@@ -72,7 +70,7 @@ func run(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, "slurmrestd client:", err)
 		return 1
 	}
-	if err := makeWorkDirs(ctx, "alice", "bob"); err != nil {
+	if err := env.cluster.MakeWorkDirs(ctx, workDir, "alice", "bob"); err != nil {
 		fmt.Fprintln(os.Stderr, "make work directories:", err)
 		return 1
 	}
@@ -134,21 +132,6 @@ int main(int argc, char **argv) {
   return 0;
 }
 `
-
-// makeWorkDirs makes each user's work directory, owned by the user and
-// readable by all (each job makes it private itself).
-func makeWorkDirs(ctx context.Context, users ...string) error {
-	for _, u := range users {
-		dir := strings.ReplaceAll(workDir, "%u", u)
-		if _, err := env.cluster.Exec(ctx, "install", "-d", "-m", "0755", path.Dir(path.Dir(dir))); err != nil {
-			return err
-		}
-		if _, err := env.cluster.Exec(ctx, "install", "-d", "-m", "0755", "-o", u, "-g", u, path.Dir(dir), dir); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // buildMPIHello compiles the MPI program in alice's home with the chroot's
 // Open MPI, as a user of the cluster would.
