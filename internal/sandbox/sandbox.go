@@ -39,8 +39,8 @@ type Options struct {
 	NoSlurm bool
 	// SlurmInstance picks which of the machine's harness Slurm clusters the
 	// sandbox runs (slurm.Options.Instance): this one for target hpc and
-	// the next for target hpc-oci. 0 and 1 are the Slurm suites' own; 4
-	// and up let a sandbox run beside them.
+	// the next for target hpc-oci. 0-3 are the Slurm suites' own; 4 and
+	// up let a sandbox run beside them.
 	SlurmInstance int
 	// Nodes is the number of kwok GPU nodes per spoke, GPUsPerNode their size.
 	Nodes       int

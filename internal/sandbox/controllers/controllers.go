@@ -279,9 +279,8 @@ func registerSlurmTarget(ctx context.Context, h *fleet.Cluster, st SlurmTarget, 
 		Accounts:     st.Accounts,
 		Launchers:    st.Launchers,
 		WorkDir:      st.WorkDir,
-	}
-	if st.ContainerRuntime != "" {
-		spec.ContainerRuntime = st.ContainerRuntime
+		// Empty: the API server defaults it to None.
+		ContainerRuntime: st.ContainerRuntime,
 	}
 	if len(st.Partitions) > 0 {
 		spec.Partitions = st.Partitions
