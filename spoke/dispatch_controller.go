@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
@@ -42,6 +43,10 @@ type DispatchReconciler struct {
 	// Readings tells from which capacity reading of the heartbeat a
 	// running Dispatch's work is counted (nil: not told).
 	Readings *CapacityReadings
+
+	// own skips passes that read a Dispatch older than the agent's own
+	// last write of it.
+	own ownWrites
 }
 
 // leaseWait paces a Dispatch while the agent holds no lease.
@@ -52,9 +57,16 @@ const leaseWait = time.Second
 func (r *DispatchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var d v1alpha1.Dispatch
 	if err := r.Hub.Get(ctx, req.NamespacedName, &d); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.own.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if d.Spec.TargetName != r.Target {
+		return ctrl.Result{}, nil
+	}
+	if r.own.behind(req.NamespacedName, d.ResourceVersion) {
+		// The watch event of the agent's own write queues it again.
 		return ctrl.Result{}, nil
 	}
 	res, err := r.sync(ctx, &d)
@@ -73,7 +85,7 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 	if !controllerutil.ContainsFinalizer(d, v1alpha1.RemoteCleanupFinalizer) {
 		patch := client.MergeFrom(d.DeepCopy())
 		controllerutil.AddFinalizer(d, v1alpha1.RemoteCleanupFinalizer)
-		if err := r.Hub.Patch(ctx, d, patch); err != nil {
+		if err := r.writeRecorded(d, func() error { return r.Hub.Patch(ctx, d, patch) }); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -230,7 +242,18 @@ func (r *DispatchReconciler) writeStatus(ctx context.Context, d *v1alpha1.Dispat
 		return nil
 	}
 	d.Status = *status
-	return r.Hub.Status().Update(ctx, d)
+	return r.writeRecorded(d, func() error { return r.Hub.Status().Update(ctx, d) })
+}
+
+// writeRecorded runs write, which updates d in place, and remembers the
+// version it replaced.
+func (r *DispatchReconciler) writeRecorded(d *v1alpha1.Dispatch, write func() error) error {
+	before := d.ResourceVersion
+	if err := write(); err != nil {
+		return err
+	}
+	r.own.wrote(client.ObjectKeyFromObject(d), before)
+	return nil
 }
 
 // reportFenced says on d that the agent stopped its remote work when its
