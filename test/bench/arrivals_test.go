@@ -103,6 +103,8 @@ type result struct {
 	// again.
 	creating time.Duration
 	retries  int
+	// cpu is the CPU time per job of the fleet's parts (cpuMeter.cell).
+	cpu string
 }
 
 func (a *arrivals) result() result {

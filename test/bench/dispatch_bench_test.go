@@ -93,14 +93,14 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		raw := rawJobSets(b, fleet.Spokes[0], n, i)
+		raw, rawCPU := rawJobSets(b, fleet, fleet.Spokes[0], n, i)
 		before := readHubCost()
-		ty, load := trainJobs(b, fleet, n, fmt.Sprintf("ty-%d", i))
-		cost := append(before.cells(), load)
+		ty, load, notes := trainJobs(b, fleet, n, fmt.Sprintf("ty-%d", i))
+		cost := append(before.cells(), load, "", "", notes)
 		b.ReportMetric(float64(n)/raw.Seconds(), "raw-jobsets/s")
 		b.ReportMetric(float64(n)/ty.Seconds(), "trainjobs/s")
 		b.ReportMetric(raw.Seconds()/ty.Seconds(), "ratio")
-		row(rateCells("Kubernetes: raw JobSets on one spoke", n, raw)...)
+		row(append(rateCells("Kubernetes: raw JobSets on one spoke", n, raw), "", "", "", "", "", "CPU s/job: "+rawCPU)...)
 		row(append(rateCells("Kubernetes: TrainJobs over 2 spokes", n, ty, raw), cost...)...)
 
 		// The same again with finished Dispatches in the hub's cache:
@@ -108,10 +108,10 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 		template := clearTrainJobs(b, fleet)
 		addHistory(b, fleet, template, history, i)
 		before = readHubCost()
-		withHistory, load := trainJobs(b, fleet, n, fmt.Sprintf("hist-%d", i))
+		withHistory, load, notes := trainJobs(b, fleet, n, fmt.Sprintf("hist-%d", i))
 		b.ReportMetric(float64(n)/withHistory.Seconds(), "trainjobs-with-history/s")
 		row(append(rateCells(fmt.Sprintf("Kubernetes: same, %d finished Dispatches cached", history), n, withHistory, raw),
-			append(before.cells(), load)...)...)
+			append(before.cells(), load, "", "", notes)...)...)
 		if i+1 < b.N {
 			clearTrainJobs(b, fleet)
 		}
@@ -198,13 +198,13 @@ func addHistory(b *testing.B, fleet *kube.Fleet, template *v1alpha1.Dispatch, n,
 // rawJobSets creates n one-pod JobSets on spoke directly and returns the
 // time until every one has a ready pod; then it deletes them and waits for
 // their pods to go, so the trainyard run finds the spoke empty.
-func rawJobSets(b *testing.B, spoke *kube.Cluster, n, round int) time.Duration {
+func rawJobSets(b *testing.B, fleet *kube.Fleet, spoke *kube.Cluster, n, round int) (time.Duration, string) {
 	ctx, c := context.Background(), spoke.Client
 	ns := fmt.Sprintf("raw-%d", round)
 	if err := spoke.EnsureNamespace(ctx, ns); err != nil {
 		b.Fatal(err)
 	}
-	t0 := time.Now()
+	t0, cpu := time.Now(), newCPUMeter(fleet)
 	parallel(b, n, func(i int) error { return c.Create(ctx, rawJobSet(ns, fmt.Sprintf("raw-%d", i))) })
 	waitFor(b, "raw JobSets running", func() (int, error) {
 		var list jobset.JobSetList
@@ -221,7 +221,7 @@ func rawJobSets(b *testing.B, spoke *kube.Cluster, n, round int) time.Duration {
 		}
 		return ready, nil
 	}, n)
-	d := time.Since(t0)
+	d, cpuCell := time.Since(t0), cpu.cell(n)
 	if err := c.DeleteAllOf(ctx, &jobset.JobSet{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
 		b.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func rawJobSets(b *testing.B, spoke *kube.Cluster, n, round int) time.Duration {
 		err := c.List(ctx, &pods, client.InNamespace(ns))
 		return -len(pods.Items), err
 	}, 0)
-	return d
+	return d, cpuCell
 }
 
 func rawJobSet(ns, name string) *jobset.JobSet {
@@ -256,11 +256,16 @@ func rawJobSet(ns, name string) *jobset.JobSet {
 }
 
 // trainJobs submits n TrainJobs to the hub and returns the time until every
-// one's Dispatch reports its remote work Running, and the agents' load on
-// the spokes' API servers meanwhile.
-func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) (time.Duration, string) {
+// one's Dispatch reports its remote work Running, the agents' load on the
+// spokes' API servers meanwhile, and notes: the CPU time per job of the
+// fleet's parts and when the last job passed each step.
+func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) (time.Duration, string, string) {
 	ctx, c := context.Background(), fleet.Hub.Client
-	t0 := time.Now()
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	st := newStages()
+	st.watch(watchCtx, b, fleet)
+	t0, cpu := time.Now(), newCPUMeter(fleet)
 	load := startAgentLoad(metrics.SystemSpoke)
 	parallel(b, n, func(i int) error {
 		return createTrainJob(ctx, c, tytesting.MakeTrainJob(fmt.Sprintf("%s-%d", prefix, i), "bench").Queue("lq").
@@ -283,13 +288,14 @@ func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) (time.Dura
 		load.sample(running)
 		return running, nil
 	}, n)
-	d := time.Since(t0)
+	d, cpuCell := time.Since(t0), cpu.cell(n)
+	b.Logf("%s stages: %s", prefix, st.report())
 	for target, jobs := range perTarget {
 		if jobs*gpusPerTrainJob > nodesPerSpoke*gpusPerNode {
 			b.Fatalf("target %s was booked past its GPUs: %d jobs of %d GPUs on %d GPUs", target, jobs, gpusPerTrainJob, nodesPerSpoke*gpusPerNode)
 		}
 	}
-	return d, load.cell()
+	return d, load.cell(), "CPU s/job: " + cpuCell + "; " + st.lasts()
 }
 
 // createTrainJob creates tj, again when the hub's pinning webhook answers

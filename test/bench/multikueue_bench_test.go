@@ -31,6 +31,10 @@ const (
 	sideBySideSpokes = 3
 	sideBySideNS     = "bench"
 	mkCheck          = "multikueue"
+	// sideBySideTimeout bounds one side's wait for its remote JobSets:
+	// MultiKueue made about 1.2 a second here, so 1,000 take some 14
+	// minutes.
+	sideBySideTimeout = 30 * time.Minute
 )
 
 // BenchmarkSideBySideMultiKueue dispatches TRAINYARD_BENCH_MK_JOBS (default
@@ -66,6 +70,9 @@ func sideBySideCells(what string, r result, base *result, cost []string) []strin
 	notes := fmt.Sprintf("created in %.0f s (%.1f/s)", r.creating.Seconds(), float64(r.n)/r.creating.Seconds())
 	if r.retries > 0 {
 		notes += fmt.Sprintf(", %d creates tried again", r.retries)
+	}
+	if r.cpu != "" {
+		notes += "; CPU s/job: " + r.cpu
 	}
 	return append(append(cells, cost...), "", secs(r.p50), secs(r.p95), notes)
 }
@@ -117,7 +124,7 @@ func multiKueueRound(b *testing.B, n int) result {
 	for _, w := range fleet.Spokes {
 		a.watch(ctx, b, w, func(js *jobset.JobSet) string { return js.Namespace + "/" + js.Name })
 	}
-	c := fleet.Hub.Client
+	c, cpu := fleet.Hub.Client, newCPUMeter(fleet)
 	parallel(b, n, func(i int) error {
 		js := rawJobSet(sideBySideNS, fmt.Sprintf("mk-%d", i))
 		js.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "lq"}
@@ -129,8 +136,10 @@ func multiKueueRound(b *testing.B, n int) result {
 		a.create(js.Namespace+"/"+js.Name, t)
 		return nil
 	})
-	a.waitArrived(b, "MultiKueue", n, 15*time.Minute, append([]*kube.Cluster{fleet.Hub}, fleet.Spokes...)...)
-	return a.result()
+	a.waitArrived(b, "MultiKueue", n, sideBySideTimeout, append([]*kube.Cluster{fleet.Hub}, fleet.Spokes...)...)
+	r := a.result()
+	r.cpu = cpu.cell(n)
+	return r
 }
 
 // connectWorkers gives the manager's Kueue a kubeconfig Secret and a

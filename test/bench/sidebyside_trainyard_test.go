@@ -49,14 +49,16 @@ func trainyardWideRound(b *testing.B, n int) (result, []string) {
 	for _, s := range fleet.Spokes {
 		a.watch(ctx, b, s, func(js *jobset.JobSet) string { return js.Labels[v1alpha1.LabelTrainJobUID] })
 	}
-	before := readHubCost()
+	before, cpu := readHubCost(), newCPUMeter(fleet)
 	parallel(b, n, func(i int) error {
 		tj := tytesting.MakeTrainJob(fmt.Sprintf("ty-%d", i), sideBySideNS).Queue("lq").
 			RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(1).Obj()
 		return createTimed(ctx, fleet.Hub.Client, tj, a)
 	})
-	a.waitArrived(b, "trainyard", n, 15*time.Minute, append([]*kube.Cluster{fleet.Hub}, fleet.Spokes...)...)
-	return a.result(), before.cells()
+	a.waitArrived(b, "trainyard", n, sideBySideTimeout, append([]*kube.Cluster{fleet.Hub}, fleet.Spokes...)...)
+	r := a.result()
+	r.cpu = cpu.cell(n)
+	return r, before.cells()
 }
 
 // startTrainyard gives each spoke nodes 8-GPU kwok nodes, sets up the hub's

@@ -74,13 +74,13 @@ func BenchmarkSlurmDispatchThroughput(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		raw := rawSlurmJobs(b, c, n, i)
 		before := readHubCost()
-		ty, load := slurmRound(b, fleet, c, n, fmt.Sprintf("ty-%d-", i))
+		ty, load, notes := slurmRound(b, fleet, c, n, fmt.Sprintf("ty-%d-", i))
 		b.ReportMetric(float64(n)/raw.Seconds(), "raw-slurm-jobs/s")
 		b.ReportMetric(float64(n)/ty.Seconds(), "trainjobs/s")
 		b.ReportMetric(raw.Seconds()/ty.Seconds(), "ratio")
 		row(rateCells("Slurm: raw slurmrestd submissions", n, raw)...)
 		row(append(append(rateCells(fmt.Sprintf("Slurm: TrainJobs to one Slurm target (default queueDepth %d)", v1alpha1.DefaultSlurmQueueDepth),
-			n, ty, raw), before.cells()...), load)...)
+			n, ty, raw), before.cells()...), load, "", "", notes)...)
 		if os.Getenv("TRAINYARD_BENCH_DEPTHS") != "0" {
 			slurmDepthRows(b, fleet, c, "hpc", n, i, raw)
 		}

@@ -35,14 +35,14 @@ func slurmDepthRows(b *testing.B, fleet *kube.Fleet, c *slurm.Client, target str
 		setQueueDepth(b, fleet, target, depth)
 		before := readHubCost()
 		what := fmt.Sprintf("Slurm: same, queueDepth %d", depth)
-		took, started, load := slurmRoundWithin(b, fleet, c, n, fmt.Sprintf("qd%d-%d-", depth, round), depthRoundLimit)
+		took, started, load, notes := slurmRoundWithin(b, fleet, c, n, fmt.Sprintf("qd%d-%d-", depth, round), depthRoundLimit)
 		if started < n {
 			row(append(append([]string{what, strconv.Itoa(n), fmt.Sprintf("%d started in %.0f", started, took.Seconds()),
-				fmt.Sprintf("%.1f", float64(started)/took.Seconds()), ""}, before.cells()...), load)...)
+				fmt.Sprintf("%.1f", float64(started)/took.Seconds()), ""}, before.cells()...), load, "", "", notes)...)
 			continue
 		}
 		b.ReportMetric(float64(n)/took.Seconds(), fmt.Sprintf("trainjobs-depth-%d/s", depth))
-		row(append(append(rateCells(what, n, took, raw), before.cells()...), load)...)
+		row(append(append(rateCells(what, n, took, raw), before.cells()...), load, "", "", notes)...)
 	}
 }
 
@@ -61,21 +61,28 @@ func setQueueDepth(b *testing.B, fleet *kube.Fleet, target string, depth int32) 
 
 // slurmRound submits n short TrainJobs named prefix* and waits until Slurm
 // started them all, sampling the agent's load on slurmrestd meanwhile. It
-// first waits for the cluster to be idle, so rounds do not overlap.
-func slurmRound(b *testing.B, fleet *kube.Fleet, c *slurm.Client, n int, prefix string) (time.Duration, string) {
-	took, started, load := slurmRoundWithin(b, fleet, c, n, prefix, 10*time.Minute)
+// first waits for the cluster to be idle, so rounds do not overlap. It
+// returns the time, the agent's load and notes (slurmRoundWithin).
+func slurmRound(b *testing.B, fleet *kube.Fleet, c *slurm.Client, n int, prefix string) (time.Duration, string, string) {
+	took, started, load, notes := slurmRoundWithin(b, fleet, c, n, prefix, 10*time.Minute)
 	if started < n {
 		b.Fatalf("slurm jobs %s* started: %d of %d after %s", prefix, started, n, took.Round(time.Second))
 	}
-	return took, load
+	return took, load, notes
 }
 
 // slurmRoundWithin is slurmRound that gives up after limit, saying how
-// many jobs started by then.
-func slurmRoundWithin(b *testing.B, fleet *kube.Fleet, c *slurm.Client, n int, prefix string, limit time.Duration) (time.Duration, int, string) {
+// many jobs started by then. Its notes are the CPU time per job of the
+// hub's control plane and of this process (the Slurm daemons are not
+// counted) and when the last job passed each step on the hub.
+func slurmRoundWithin(b *testing.B, fleet *kube.Fleet, c *slurm.Client, n int, prefix string, limit time.Duration) (time.Duration, int, string, string) {
 	waitIdle(b, c)
 	ctx, hub := context.Background(), fleet.Hub.Client
-	t0 := time.Now()
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	st := newStages()
+	st.watch(watchCtx, b, fleet)
+	t0, cpu := time.Now(), newCPUMeter(fleet)
 	load := startAgentLoad(metrics.SystemSlurmrestd)
 	parallel(b, n, func(i int) error {
 		return createTrainJob(ctx, hub, tytesting.MakeTrainJob(prefix+strconv.Itoa(i), "bench").Queue("lq").
@@ -83,7 +90,8 @@ func slurmRoundWithin(b *testing.B, fleet *kube.Fleet, c *slurm.Client, n int, p
 			Command([]string{"true"}).Obj())
 	})
 	started := waitStartedSampling(c, prefix, n, load, t0.Add(limit))
-	return time.Since(t0), started, load.cell()
+	took := time.Since(t0)
+	return took, started, load.cell(), "CPU s/job: " + cpu.cell(max(started, 1)) + "; " + st.lasts()
 }
 
 // waitStartedSampling waits until n Slurm jobs named prefix* have

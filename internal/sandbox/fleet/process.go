@@ -82,6 +82,9 @@ func (p *Process) Stop(grace time.Duration) {
 	}
 }
 
+// Pid is the process's ID (a benchmark reads its CPU time from /proc).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // LogTail returns the last n bytes of the process log.
 func (p *Process) LogTail(n int) string { return Tail(p.LogPath, n) }
 
