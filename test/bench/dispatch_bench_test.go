@@ -288,14 +288,14 @@ func trainJobs(b *testing.B, fleet *kube.Fleet, n int, prefix string) (time.Dura
 		load.sample(running)
 		return running, nil
 	}, n)
-	d, cpuCell := time.Since(t0), cpu.cell(n)
+	d, notes := time.Since(t0), roundNotes(cpu, n, st)
 	b.Logf("%s stages: %s", prefix, st.report())
 	for target, jobs := range perTarget {
 		if jobs*gpusPerTrainJob > nodesPerSpoke*gpusPerNode {
 			b.Fatalf("target %s was booked past its GPUs: %d jobs of %d GPUs on %d GPUs", target, jobs, gpusPerTrainJob, nodesPerSpoke*gpusPerNode)
 		}
 	}
-	return d, load.cell(), "CPU s/job: " + cpuCell + "; " + st.lasts()
+	return d, load.cell(), notes
 }
 
 // createTrainJob creates tj, again when the hub's pinning webhook answers

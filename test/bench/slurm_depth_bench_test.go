@@ -90,8 +90,7 @@ func slurmRoundWithin(b *testing.B, fleet *kube.Fleet, c *slurm.Client, n int, p
 			Command([]string{"true"}).Obj())
 	})
 	started := waitStartedSampling(c, prefix, n, load, t0.Add(limit))
-	took := time.Since(t0)
-	return took, started, load.cell(), "CPU s/job: " + cpu.cell(max(started, 1)) + "; " + st.lasts()
+	return time.Since(t0), started, load.cell(), roundNotes(cpu, max(started, 1), st)
 }
 
 // waitStartedSampling waits until n Slurm jobs named prefix* have

@@ -195,3 +195,9 @@ func (s *stages) lasts() string {
 	}
 	return "last job's step at s: " + strings.Join(parts, ", ")
 }
+
+// roundNotes is a round's notes cell: the CPU time per job of the fleet's
+// parts since cpu started, over jobs, and when the last job passed each step.
+func roundNotes(cpu *cpuMeter, jobs int, st *stages) string {
+	return "CPU s/job: " + cpu.cell(jobs) + "; " + st.lasts()
+}
