@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -178,7 +179,8 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 	decision, err := placement.Choose(req, candidates)
 	switch {
 	case errors.Is(err, placement.ErrNoTarget) || errors.Is(err, placement.ErrNoCapacity):
-		r.flight.waitLocked(client.ObjectKeyFromObject(wl))
+		r.flight.waitLocked(client.ObjectKeyFromObject(wl), waiter{gpus: req.GPUs(), flavors: req.Flavors,
+			ineligible: ineligible, priority: ptr.Deref(wl.Spec.Priority, 0), since: wl.CreationTimestamp.Time})
 		return booking{}, placementError{err}
 	case errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible):
 		return booking{}, placementError{err}
@@ -236,16 +238,24 @@ func (r *Reconciler) writeSteps(ctx context.Context, s *state, tj *trainer.Train
 	return d, true, nil
 }
 
+// WaitingPrefix begins the check message of a job waiting for room.
+const WaitingPrefix = "waiting for room: "
+
 // noPlacement turns a placement failure into the check state Kueue needs:
-// Rejected when the job can never fit or no target could ever run it, Retry
-// (requeue with backoff) when the fleet is only full or has no target for
-// the flavor yet.
+// Rejected when the job can never fit or no target could ever run it;
+// Pending while the fleet is only full, with the quota held and the job
+// woken when room frees (watch.go); Retry (requeue with backoff) when no
+// target serves the flavor yet or only targets of other flavors could run
+// the job, since Kueue may then admit it with another flavor.
 func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl.Result, error) {
 	if errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible) {
 		return ctrl.Result{}, r.reject(ctx, s, "", err.Error())
 	}
 	metrics.Dispatched("", metrics.ResultNoCapacity)
 	metrics.Waiting(s.wl.UID, requestOf(s.wl).Flavors, r.clock.Now())
+	if waitsForRoom(err) && !s.checkless {
+		return ctrl.Result{}, r.waitForRoom(ctx, s, err)
+	}
 	if e := r.setCheck(ctx, s, kueue.CheckStateRetry, err.Error()); e != nil {
 		return ctrl.Result{}, e
 	}
@@ -256,6 +266,29 @@ func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl
 		return ctrl.Result{RequeueAfter: checklessRetryAfter}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// waitsForRoom reports whether a placement failure only needs room to free
+// on a target that serves the job's flavor.
+func waitsForRoom(err error) bool {
+	return errors.Is(err, placement.ErrNoCapacity) && !errors.Is(err, placement.ErrOtherFlavors)
+}
+
+// waitForRoom keeps the check Pending while the job waits for room. The
+// check message is written once, when the job starts to wait: the reasons
+// are those of its first try, and later tries write nothing, so thousands
+// of waiting jobs cost no writes while room frees one job at a time.
+func (r *Reconciler) waitForRoom(ctx context.Context, s *state, err error) error {
+	for _, c := range s.wl.Status.AdmissionChecks {
+		if c.Name == s.check && c.State == kueue.CheckStatePending && strings.HasPrefix(c.Message, WaitingPrefix) {
+			return nil
+		}
+	}
+	if e := r.setCheck(ctx, s, kueue.CheckStatePending, WaitingPrefix+err.Error()); e != nil {
+		return e
+	}
+	r.recorder.Event(s.wl, corev1.EventTypeNormal, EventNoTarget, err.Error())
+	return nil
 }
 
 // reservationsOf reads the nodes a Dispatch's pinned pods were assigned

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -77,9 +78,11 @@ func NewReconciler(c client.Client, live client.Reader, recorder record.EventRec
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), flight: newInflight(),
+	r := &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), flight: newInflight(),
 		wakeups:     make(chan event.GenericEvent, wakeupBuffer),
 		eligibility: eligibility.NewCache(eligibilityCacheSize)}
+	r.flight.now = clk.Now
+	return r
 }
 
 // state is what one pass learns before it acts.
@@ -275,6 +278,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	// The in-flight gauges read this controller's record, not the cache.
 	if err := mgr.Add(&metrics.HubFlight{Counts: r.flight.counts}); err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		return r.sweepWaiting(ctx, waitSweepInterval)
+	})); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-dispatch").

@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,12 +26,38 @@ import (
 // decision that fails records its Workload under the lock it chose under,
 // and every event that frees room wakes the waiting under that lock, so
 // no wake-up falls between a decision and its record.
+//
+// A wake-up is sized to the room: it wakes, in priority and then arrival
+// order, the waiting Workloads a target could take by the GPUs its last
+// status shows free less those in flight (and its free places in its own
+// queue), and always the first in line. Ten thousand waiting jobs cost one
+// pass each per job that can start, not one per freed GPU each.
 type inflight struct {
 	mu sync.Mutex
 	// byTarget holds, per target, each Dispatch (by namespace/name) that
 	// may hold GPUs there: booked, or watched and not yet final.
 	byTarget map[string]map[string]flight
-	waiting  map[types.NamespacedName]bool
+	waiting  map[types.NamespacedName]waiter
+	// targets is each Target as the hub's watch last showed it: how much
+	// room a wake-up has to give away.
+	targets map[string]*v1alpha1.Target
+	now     func() time.Time
+}
+
+// waiter is a Workload that found no room, with what a wake-up reads: the
+// GPUs it needs, the flavors it was admitted with, the targets that could
+// never run it, and its place in line.
+type waiter struct {
+	gpus       int64
+	flavors    []string
+	ineligible map[string]string
+	priority   int32
+	since      time.Time
+}
+
+// wants reports whether room on t may let w start.
+func (w waiter) wants(t *v1alpha1.Target) bool {
+	return w.ineligible[t.Name] == "" && placement.Serves(t, w.flavors)
 }
 
 // flight is one Dispatch's claim on a target. A booked claim (not yet
@@ -65,7 +93,8 @@ func (fl flight) waitsInQueue() bool { return fl.queued && !fl.started() }
 const bookingTTL = time.Minute
 
 func newInflight() *inflight {
-	return &inflight{byTarget: map[string]map[string]flight{}, waiting: map[types.NamespacedName]bool{}}
+	return &inflight{byTarget: map[string]map[string]flight{}, waiting: map[types.NamespacedName]waiter{},
+		targets: map[string]*v1alpha1.Target{}, now: time.Now}
 }
 
 func keyOf(namespace, name string) string { return namespace + "/" + name }
@@ -107,7 +136,7 @@ func (f *inflight) observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request
 	fl := flight{workload: d.Spec.Workload.UID, gpus: gpus, queued: d.Annotations[v1alpha1.AnnotationQueued] == "true", d: slim}
 	on[key] = fl
 	if seen && prev.waitsInQueue() && !fl.waitsInQueue() {
-		return f.wakeLocked()
+		return f.wakeForLocked(d.Spec.TargetName)
 	}
 	return nil
 }
@@ -126,7 +155,7 @@ func (f *inflight) forget(d *v1alpha1.Dispatch) []reconcile.Request {
 	if len(on) == 0 {
 		delete(f.byTarget, d.Spec.TargetName)
 	}
-	return f.wakeLocked()
+	return f.wakeForLocked(d.Spec.TargetName)
 }
 
 // onTargetLocked returns the GPUs in flight to target and those booked on
@@ -185,7 +214,7 @@ func (f *inflight) unbook(key, target string) []reconcile.Request {
 		return nil
 	}
 	delete(f.byTarget[target], key)
-	return f.wakeLocked()
+	return f.wakeForLocked(target)
 }
 
 // booked reports whether a Dispatch of wl is booked and not yet shown by
@@ -203,8 +232,14 @@ func (f *inflight) booked(wl types.UID) bool {
 	return false
 }
 
-// waitLocked records a Workload that found no room. The caller holds mu.
-func (f *inflight) waitLocked(wl types.NamespacedName) { f.waiting[wl] = true }
+// waitLocked records a Workload that found no room. A Workload already
+// waiting keeps its place. The caller holds mu.
+func (f *inflight) waitLocked(wl types.NamespacedName, w waiter) {
+	if prev, ok := f.waiting[wl]; ok && !prev.since.IsZero() && prev.since.Before(w.since) {
+		w.since = prev.since
+	}
+	f.waiting[wl] = w
+}
 
 // stopWaiting forgets a Workload that no longer waits for room.
 func (f *inflight) stopWaiting(wl types.NamespacedName) {
@@ -213,17 +248,81 @@ func (f *inflight) stopWaiting(wl types.NamespacedName) {
 	delete(f.waiting, wl)
 }
 
-// wake returns the waiting Workloads, to be reconciled again.
-func (f *inflight) wake() []reconcile.Request {
+// noteTarget records t as the watch shows it and returns the waiting
+// Workloads its room may start.
+func (f *inflight) noteTarget(t *v1alpha1.Target) []reconcile.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.wakeLocked()
+	f.targets[t.Name] = t
+	return f.wakeForLocked(t.Name)
 }
 
-func (f *inflight) wakeLocked() []reconcile.Request {
-	out := make([]reconcile.Request, 0, len(f.waiting))
-	for wl := range f.waiting {
-		out = append(out, reconcile.Request{NamespacedName: wl})
+// recordTarget records t as the watch shows it and wakes no one.
+func (f *inflight) recordTarget(t *v1alpha1.Target) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.targets[t.Name] = t
+}
+
+// forgetTarget drops a deleted Target.
+func (f *inflight) forgetTarget(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.targets, name)
+}
+
+// sweep wakes, on every known target, whom its room may start: the
+// periodic guard against a wake-up an estimate missed.
+func (f *inflight) sweep() []reconcile.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []reconcile.Request
+	for name := range f.targets {
+		out = append(out, f.wakeForLocked(name)...)
+	}
+	return out
+}
+
+// wakeForLocked returns the waiting Workloads room on target may start:
+// in line order, those whose GPUs fit what the target's last status shows
+// free less what is in flight there, then as many as it has free places
+// in its own queue, and always the first in line, so an estimate that
+// falls short never stops the line. The caller holds mu.
+func (f *inflight) wakeForLocked(target string) []reconcile.Request {
+	t := f.targets[target]
+	if t == nil || len(f.waiting) == 0 {
+		return nil
+	}
+	type entry struct {
+		key types.NamespacedName
+		waiter
+	}
+	var line []entry
+	for key, w := range f.waiting {
+		if w.wants(t) {
+			line = append(line, entry{key, w})
+		}
+	}
+	slices.SortFunc(line, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(b.priority, a.priority), a.since.Compare(b.since),
+			cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
+	})
+	inFlight, _ := f.onTargetLocked(target, &t.Status, nodeLevelOf(t), f.now())
+	room, places := t.Status.FreeGPUs-inFlight, t.QueueDepth()-f.queuedLocked(target)
+	var out []reconcile.Request
+	for i, e := range line {
+		switch {
+		case e.gpus <= room:
+			room -= e.gpus
+		case places > 0:
+			places--
+		case i > 0:
+			continue
+		}
+		out = append(out, reconcile.Request{NamespacedName: e.key})
+		if room <= 0 && places <= 0 {
+			break
+		}
 	}
 	return out
 }

@@ -58,7 +58,9 @@ func TestParallelBookingsNeverOverbook(t *testing.T) {
 			t.Errorf("node %s booked %d GPUs of 8", node, n)
 		}
 	}
-	if got := len(r.flight.wake()); got != jobs-nodes {
+	r.flight.mu.Lock()
+	defer r.flight.mu.Unlock()
+	if got := len(r.flight.waiting); got != jobs-nodes {
 		t.Errorf("%d Workloads recorded as waiting, want %d", got, jobs-nodes)
 	}
 }
@@ -86,8 +88,9 @@ func TestWatchTakesOverBookings(t *testing.T) {
 	f.mu.Lock()
 	f.bookLocked("agents/a", "gpu-a", "a", types.NamespacedName{Namespace: "team-a", Name: "a"}, 8, nil, false, t0)
 	f.bookLocked("agents/b", "gpu-a", "b", types.NamespacedName{Namespace: "team-a", Name: "b"}, 4, nil, false, t0)
-	f.waitLocked(waiter)
+	f.waitLocked(waiter, waitingFor(1, "h100"))
 	f.mu.Unlock()
+	f.recordTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(16).Obj())
 	if !f.booked("a") || count() != 12 {
 		t.Fatalf("booked(a) = %v, in flight %d; want true, 12", f.booked("a"), count())
 	}
@@ -189,7 +192,7 @@ func TestTargetChangesWakeOnlyWhomTheyAffect(t *testing.T) {
 	c := withDispatchIndexes(fake.NewClientBuilder().WithScheme(testScheme(t))).WithObjects(running, done, elsewhere).Build()
 	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
 	waiter := types.NamespacedName{Namespace: "team-a", Name: "waiter"}
-	r.flight.waitLocked(waiter)
+	r.flight.waitLocked(waiter, waitingFor(1, "h100"))
 
 	base := tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(8)
 	beat := base.Clone().Obj()

@@ -83,7 +83,8 @@ func decideInParallel(t *testing.T, r *Reconciler, jobs int, req placement.Reque
 func TestQueuedStartWakesWaiting(t *testing.T) {
 	f := newInflight()
 	waiter := types.NamespacedName{Namespace: "team-a", Name: "waiter"}
-	f.waitLocked(waiter)
+	f.waitLocked(waiter, waitingFor(1, "hpc"))
+	f.recordTarget(tyt.MakeSlurmTarget("hpc", "hpc", "gpu").Available().SlurmQueueDepth(1).Obj())
 	queuedDispatch := func(phase v1alpha1.DispatchPhase) *v1alpha1.Dispatch {
 		d := pendingDispatch("q", "hpc", phase)
 		d.Annotations = map[string]string{v1alpha1.AnnotationQueued: "true"}

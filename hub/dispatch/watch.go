@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -100,13 +101,17 @@ func workloadOfDispatch(d *v1alpha1.Dispatch) []reconcile.Request {
 
 // targetHandler wakes only the Workloads a Target change can affect: those
 // with unfinished Dispatches on it when its availability flips or its
-// deletion starts, and those waiting for room when it may have more (it
-// appeared, became available, changed its spec or published more free
-// resources). Heartbeats that change nothing else wake no one.
+// deletion starts, and as many waiting for room as it may now take when it
+// may have more (it appeared, became available, changed its spec or
+// published more free resources). Heartbeats that change nothing else
+// wake no one. Every change updates the in-flight record's view of the
+// Target, from which wake-ups size the room.
 func (r *Reconciler) targetHandler() handler.EventHandler {
 	return handler.Funcs{
-		CreateFunc: func(_ context.Context, _ event.CreateEvent, q queue) {
-			addAll(q, r.flight.wake())
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q queue) {
+			if t, ok := e.Object.(*v1alpha1.Target); ok {
+				addAll(q, r.flight.noteTarget(t))
+			}
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) {
 			oldT, okOld := e.ObjectOld.(*v1alpha1.Target)
@@ -119,12 +124,35 @@ func (r *Reconciler) targetHandler() handler.EventHandler {
 				addAll(q, r.workloadsOnTarget(ctx, newT.Name))
 			}
 			if flipped || mayHaveMoreRoom(oldT, newT) {
-				addAll(q, r.flight.wake())
+				addAll(q, r.flight.noteTarget(newT))
+				return
 			}
+			r.flight.recordTarget(newT)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
+			r.flight.forgetTarget(e.Object.GetName())
 			addAll(q, r.workloadsOnTarget(ctx, e.Object.GetName()))
 		},
+	}
+}
+
+// waitSweepInterval is how often every target's room is offered to the
+// waiting again, whether or not an event said it freed.
+const waitSweepInterval = 30 * time.Second
+
+// sweepWaiting offers each target's room to the waiting every interval
+// until ctx ends: the guard against a wake-up that an estimate of the room
+// missed (a status the watch showed before the Dispatches it counts).
+func (r *Reconciler) sweepWaiting(ctx context.Context, interval time.Duration) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			r.wakeUp(ctx, r.flight.sweep())
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"errors"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -98,4 +99,21 @@ func TestChooseFlavorless(t *testing.T) {
 			want:       Decision{Target: "b"},
 		},
 	})
+}
+
+// TestOnlyOtherFlavorsIsTold: the hub sends a job back to Kueue (which may
+// admit it with another flavor) only when targets of other flavors could
+// run it; a job that only waits for room is not marked so.
+func TestOnlyOtherFlavorsIsTold(t *testing.T) {
+	_, elsewhere := Choose(withQueueFlavors(job(1, 4), "h100", "a100"), []Candidate{
+		ineligible(target("a").FreeGPUs(8), "no command"),
+		cand(tyt.MakeKubernetesTarget("c", "a100").Available().FreeGPUs(8)),
+	})
+	if !errors.Is(elsewhere, ErrNoCapacity) || !errors.Is(elsewhere, ErrOtherFlavors) {
+		t.Errorf("eligible only under another flavor: %v, want ErrNoCapacity and ErrOtherFlavors", elsewhere)
+	}
+	_, full := Choose(job(1, 4), []Candidate{cand(target("a").FreeGPUs(2))})
+	if !errors.Is(full, ErrNoCapacity) || errors.Is(full, ErrOtherFlavors) {
+		t.Errorf("full: %v, want ErrNoCapacity only", full)
+	}
 }

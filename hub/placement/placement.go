@@ -115,7 +115,21 @@ var (
 	// ErrIneligible: every target that serves the job's flavors, and every
 	// other target too, could never run it (see Candidate.Ineligible).
 	ErrIneligible = errors.New("no target can run this job")
+	// ErrOtherFlavors comes with ErrNoCapacity when no target serving the
+	// job's flavors can run it but targets serving other flavors of its
+	// queue could: Kueue may admit it with one of those.
+	ErrOtherFlavors = errors.New("only targets of other flavors could run the job")
 )
+
+// otherFlavors is an ErrNoCapacity that is also ErrOtherFlavors; its
+// message is written for the user.
+type otherFlavors struct{ msg string }
+
+func (e otherFlavors) Error() string { return e.msg }
+
+func (e otherFlavors) Is(target error) bool {
+	return target == ErrNoCapacity || target == ErrOtherFlavors
+}
 
 // Choose picks, among the available targets serving req.Flavors, the one the
 // job fits on with the fewest GPUs left over (best fit keeps large free
@@ -135,7 +149,7 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 	largestNode, sizeUnknown := int64(0), false
 	for _, c := range candidates {
 		t := c.Target
-		if !serves(t, req.Flavors) {
+		if !Serves(t, req.Flavors) {
 			if c.Ineligible == "" && len(req.Flavors) > 0 && servesAny(t, req.QueueFlavors) {
 				eligibleElsewhere = append(eligibleElsewhere, t.Name)
 			}
@@ -180,8 +194,8 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 		}
 		if len(eligibleElsewhere) > 0 {
 			// Kueue may admit the job with another flavor next time.
-			return Decision{}, fmt.Errorf("%w for %s: no target serving it can run the job (%s); targets %s could, under other flavors",
-				ErrNoCapacity, flavorWords(req.Flavors), strings.Join(ineligible, "; "), strings.Join(eligibleElsewhere, ", "))
+			return Decision{}, otherFlavors{fmt.Sprintf("%v for %s: no target serving it can run the job (%s); targets %s could, under other flavors",
+				ErrNoCapacity, flavorWords(req.Flavors), strings.Join(ineligible, "; "), strings.Join(eligibleElsewhere, ", "))}
 		}
 		return Decision{}, fmt.Errorf("%w: %s", ErrIneligible, strings.Join(ineligible, "; "))
 	}
@@ -243,8 +257,8 @@ func names(targets []*v1alpha1.Target) []string {
 	return out
 }
 
-// serves reports whether t takes jobs admitted with these flavors.
-func serves(t *v1alpha1.Target, flavors []string) bool {
+// Serves reports whether t takes jobs admitted with these flavors.
+func Serves(t *v1alpha1.Target, flavors []string) bool {
 	if len(flavors) == 0 {
 		return t.Spec.FlavorlessJobs != v1alpha1.FlavorlessJobsDeny
 	}

@@ -175,22 +175,7 @@ func expectOneCopyEach(t *testing.T, jobs []*trainer.TrainJob) {
 func TestBurstDoesNotOverbook(t *testing.T) {
 	g := NewWithT(t)
 	makeRuntime(t, "torch-burst", "10m")
-	// Start from empty spokes as their heartbeats see them, or a job meets
-	// an earlier test's GPUs, is retried, and waits out Kueue's backoff.
-	g.Eventually(func(g Gomega) {
-		var list v1alpha1.TargetList
-		g.Expect(env.fleet.Hub.Client.List(context.Background(), &list)).To(Succeed())
-		for _, tg := range list.Items {
-			g.Expect(tg.Status.FreeGPUs).To(Equal(int64(nodesPerSpoke*gpusPerNode)), "target %s", tg.Name)
-		}
-	}, util.Timeout, util.Interval).Should(Succeed())
-	var jobs []*trainer.TrainJob
-	for i := 0; i < 2*nodesPerSpoke; i++ {
-		jobs = append(jobs, submit(t, trainJob(fmt.Sprintf("burst-%d", i), "torch-burst", 1, gpusPerNode)))
-	}
-	for _, tj := range jobs {
-		waitRunning(t, tj)
-	}
+	jobs := fillSpokes(t, "burst", "torch-burst")
 	perTarget := map[string]int{}
 	for _, tj := range jobs {
 		for _, d := range dispatchesOf(g, util.WorkloadOf(g, env.fleet.Hub.Client, tj)) {

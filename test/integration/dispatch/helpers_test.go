@@ -126,3 +126,26 @@ func eventMessages(g Gomega, wl *kueue.Workload, reason string) []string {
 	}
 	return msgs
 }
+
+// fillSpokes starts from spokes whose heartbeats show every GPU free (or a
+// job meets an earlier test's GPUs and waits for it), submits one job of a
+// whole node per node of both spokes, all at once, and waits until each
+// runs.
+func fillSpokes(t *testing.T, prefix, runtime string) []*trainer.TrainJob {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		var list v1alpha1.TargetList
+		g.Expect(env.fleet.Hub.Client.List(context.Background(), &list)).To(Succeed())
+		for _, tg := range list.Items {
+			g.Expect(tg.Status.FreeGPUs).To(Equal(int64(nodesPerSpoke*gpusPerNode)), "target %s", tg.Name)
+		}
+	}, util.Timeout, util.Interval).Should(Succeed())
+	var jobs []*trainer.TrainJob
+	for i := 0; i < 2*nodesPerSpoke; i++ {
+		jobs = append(jobs, submit(t, trainJob(fmt.Sprintf("%s-%d", prefix, i), runtime, 1, gpusPerNode)))
+	}
+	for _, tj := range jobs {
+		waitRunning(t, tj)
+	}
+	return jobs
+}

@@ -1,0 +1,223 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/placement"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+// waitingFor is a waiter needing gpus under flavors, first in line at t0.
+func waitingFor(gpus int64, flavors ...string) waiter {
+	return waiter{gpus: gpus, flavors: flavors, since: t0}
+}
+
+// TestWakeUpsAreSizedToTheRoom: room on a target wakes, in priority and
+// then arrival order, the waiting Workloads it can take by GPUs (less what
+// is in flight there) and its free queue places, always the first in
+// line, and never a Workload of another flavor or one the target could
+// never run.
+func TestWakeUpsAreSizedToTheRoom(t *testing.T) {
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	line := map[string]waiter{
+		"first":      {gpus: 4, flavors: []string{"h100"}, since: at(0)},
+		"second":     {gpus: 2, flavors: []string{"h100"}, since: at(time.Second)},
+		"third":      {gpus: 2, flavors: []string{"h100"}, since: at(2 * time.Second)},
+		"urgent":     {gpus: 8, flavors: []string{"h100"}, since: at(time.Hour), priority: 100},
+		"other":      {gpus: 1, flavors: []string{"a100"}, since: at(0)},
+		"never-here": {gpus: 1, flavors: []string{"h100"}, since: at(0), ineligible: map[string]string{"gpu-a": "no command"}},
+	}
+	cases := map[string]struct {
+		target   *v1alpha1.Target
+		inFlight int64
+		waiting  []string // default: the whole line
+		want     []string
+	}{
+		"no room: only the first in line": {
+			target: tyt.MakeKubernetesTarget("gpu-a", "h100").Available().Obj(),
+			want:   []string{"urgent"},
+		},
+		"room for the first in line by priority": {
+			target: tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(8).Obj(),
+			want:   []string{"urgent"},
+		},
+		"room for more: the line in order as far as it fits": {
+			target: tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(14).Obj(),
+			want:   []string{"urgent", "first", "second"},
+		},
+		"a job too large for what is left is passed over, not the ones behind it": {
+			target:  tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(5).Obj(),
+			waiting: []string{"first", "second", "third"},
+			want:    []string{"first"},
+		},
+		"what is in flight is not room": {
+			target:   tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(16).Obj(),
+			inFlight: 10,
+			waiting:  []string{"first", "second", "third"},
+			want:     []string{"first", "second"},
+		},
+		"free queue places wake jobs beyond the GPUs": {
+			target:  tyt.MakeSlurmTarget("gpu-a", "h100", "gpu").Available().FreeGPUs(2).SlurmQueueDepth(1).Obj(),
+			waiting: []string{"first", "second", "third"},
+			want:    []string{"first", "second"},
+		},
+		"a target of another flavor wakes only its own": {
+			target: tyt.MakeKubernetesTarget("gpu-b", "a100").Available().FreeGPUs(8).Obj(),
+			want:   []string{"other"},
+		},
+		"a target another job could never use still wakes it elsewhere": {
+			target:  tyt.MakeKubernetesTarget("gpu-b", "h100").Available().FreeGPUs(1).Obj(),
+			waiting: []string{"never-here"},
+			want:    []string{"never-here"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := newInflight()
+			f.now = func() time.Time { return t0 }
+			waiting := tc.waiting
+			if waiting == nil {
+				for k := range line {
+					waiting = append(waiting, k)
+				}
+			}
+			f.mu.Lock()
+			for _, k := range waiting {
+				f.waitLocked(types.NamespacedName{Namespace: "team-a", Name: k}, line[k])
+			}
+			if tc.inFlight > 0 {
+				f.bookLocked("agents/busy", tc.target.Name, "busy", types.NamespacedName{Name: "busy"}, tc.inFlight, nil, false, t0)
+			}
+			f.mu.Unlock()
+			got := names(f.noteTarget(tc.target))
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("woken (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestWaitingKeepsItsPlace: a Workload that fails again keeps the place in
+// line it first took.
+func TestWaitingKeepsItsPlace(t *testing.T) {
+	f := newInflight()
+	early := types.NamespacedName{Namespace: "team-a", Name: "early"}
+	late := types.NamespacedName{Namespace: "team-a", Name: "late"}
+	f.mu.Lock()
+	f.waitLocked(early, waiter{gpus: 8, flavors: []string{"h100"}, since: t0})
+	f.waitLocked(late, waiter{gpus: 8, flavors: []string{"h100"}, since: t0.Add(time.Minute)})
+	f.waitLocked(early, waiter{gpus: 8, flavors: []string{"h100"}, since: t0.Add(time.Hour)})
+	f.mu.Unlock()
+	got := names(f.noteTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(8).Obj()))
+	if diff := cmp.Diff([]string{"early"}, got); diff != "" {
+		t.Errorf("woken (-want +got):\n%s", diff)
+	}
+}
+
+// TestSweepOffersEveryTargetsRoom: the periodic sweep wakes whom each
+// known target's room can take, and no one for a target it forgot.
+func TestSweepOffersEveryTargetsRoom(t *testing.T) {
+	f := newInflight()
+	f.mu.Lock()
+	for i, flavor := range []string{"h100", "a100", "gone"} {
+		f.waitLocked(types.NamespacedName{Namespace: "team-a", Name: flavor}, waiter{gpus: 1, flavors: []string{flavor}, since: t0.Add(time.Duration(i))})
+	}
+	f.mu.Unlock()
+	f.recordTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj())
+	f.recordTarget(tyt.MakeKubernetesTarget("gpu-b", "a100").Available().FreeGPUs(1).Obj())
+	f.recordTarget(tyt.MakeKubernetesTarget("gpu-c", "gone").Available().FreeGPUs(1).Obj())
+	f.forgetTarget("gpu-c")
+	got := names(f.sweep())
+	sort.Strings(got)
+	if diff := cmp.Diff([]string{"a100", "h100"}, got); diff != "" {
+		t.Errorf("woken (-want +got):\n%s", diff)
+	}
+}
+
+func names(reqs []reconcile.Request) []string {
+	out := []string{}
+	for _, r := range reqs {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+// TestNoRoomKeepsTheCheckPending: a job that only waits for room keeps its
+// quota: the check stays Pending with the reasons of its first try, written
+// once with one event; a job no target serves yet, or that only targets of
+// other flavors could run, goes back to Kueue (Retry), which may admit it
+// with another flavor.
+func TestNoRoomKeepsTheCheckPending(t *testing.T) {
+	full := fmt.Errorf("%w for flavor h100: gpu-a: 0 GPUs free, job needs 8", placement.ErrNoCapacity)
+	fuller := fmt.Errorf("%w for flavor h100: gpu-a: 0 GPUs free, job needs 8; gpu-b: paused", placement.ErrNoCapacity)
+	_, otherFlavors := placement.Choose(placement.Request{Flavors: []string{"h100"}, QueueFlavors: []string{"h100", "a100"},
+		PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 1}}}, []placement.Candidate{
+		{Target: tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(8).Obj(), Ineligible: "no command"},
+		{Target: tyt.MakeKubernetesTarget("gpu-b", "a100").Available().FreeGPUs(8).Obj()},
+	})
+	noTarget := fmt.Errorf("%w h100", placement.ErrNoTarget)
+	cases := map[string]struct {
+		errs      []error
+		wantState kueue.CheckState
+		wantMsg   string
+		events    int
+	}{
+		"full: Pending, written once": {
+			errs: []error{full, fuller}, wantState: kueue.CheckStatePending, wantMsg: WaitingPrefix + full.Error(), events: 1,
+		},
+		"no target serves the flavor: Retry": {
+			errs: []error{noTarget}, wantState: kueue.CheckStateRetry, wantMsg: noTarget.Error(), events: 1,
+		},
+		"only other flavors could: Retry": {
+			errs: []error{otherFlavors}, wantState: kueue.CheckStateRetry, wantMsg: otherFlavors.Error(), events: 1,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c, _ := statusClient(t, hubState{check: kueue.CheckStatePending}.objects()...)
+			rec := record.NewFakeRecorder(10)
+			r := NewReconciler(c, c, rec, clocktesting.NewFakeClock(t0), Options{})
+			key := client.ObjectKey{Namespace: "team-a", Name: "wl"}
+			for _, err := range tc.errs {
+				s, lerr := r.load(ctx, key)
+				if lerr != nil {
+					t.Fatal(lerr)
+				}
+				if _, nerr := r.noPlacement(ctx, s, err); nerr != nil {
+					t.Fatal(nerr)
+				}
+			}
+			var wl kueue.Workload
+			if err := c.Get(ctx, key, &wl); err != nil {
+				t.Fatal(err)
+			}
+			var st kueue.CheckState
+			var msg string
+			for _, cs := range wl.Status.AdmissionChecks {
+				if cs.Name == "trainyard" {
+					st, msg = cs.State, cs.Message
+				}
+			}
+			if st != tc.wantState || msg != tc.wantMsg {
+				t.Errorf("check %s %q, want %s %q", st, msg, tc.wantState, tc.wantMsg)
+			}
+			if got := len(rec.Events); got != tc.events {
+				t.Errorf("%d events, want %d", got, tc.events)
+			}
+		})
+	}
+}
