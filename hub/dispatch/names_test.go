@@ -194,6 +194,46 @@ func TestIgnoreOwnAttemptWrites(t *testing.T) {
 	}
 }
 
+// TestIgnoreTheStartOfAWait: the write that starts a wait for room wakes
+// no pass; any other change beside it, or a later change of a waiting
+// Workload, does.
+func TestIgnoreTheStartOfAWait(t *testing.T) {
+	check := func(st kueue.CheckState, msg string) kueue.AdmissionCheckState {
+		return kueue.AdmissionCheckState{Name: "trainyard", State: st, Message: msg, LastTransitionTime: metav1.NewTime(t0)}
+	}
+	waiting := check(kueue.CheckStatePending, WaitingPrefix+"no target has room")
+	cases := map[string]struct {
+		before, after kueue.AdmissionCheckState
+		change        func(wl *kueue.Workload)
+		wake          bool
+	}{
+		"starts to wait":                         {before: check(kueue.CheckStatePending, ""), after: waiting},
+		"starts to wait after a Retry":           {before: check(kueue.CheckStateRetry, "x"), after: waiting},
+		"was waiting, now dispatched":            {before: waiting, after: check(kueue.CheckStatePending, "dispatched to target a"), wake: true},
+		"was waiting, Kueue changed a condition": {before: waiting, after: waiting, change: func(wl *kueue.Workload) { wl.Status.Conditions = nil }, wake: true},
+		"starts to wait and is evicted": {before: check(kueue.CheckStatePending, ""), after: waiting, change: func(wl *kueue.Workload) {
+			wl.Status.Conditions = nil
+		}, wake: true},
+		"starts to wait and is deleted": {before: check(kueue.CheckStatePending, ""), after: waiting, change: func(wl *kueue.Workload) {
+			wl.DeletionTimestamp = &metav1.Time{}
+		}, wake: true},
+	}
+	p := ignoreOwnAttemptWrites()
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			old, cur := reserved().Obj(), reserved().Obj()
+			old.Status.AdmissionChecks = []kueue.AdmissionCheckState{tc.before}
+			cur.Status.AdmissionChecks = []kueue.AdmissionCheckState{tc.after}
+			if tc.change != nil {
+				tc.change(cur)
+			}
+			if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != tc.wake {
+				t.Errorf("wakes the controller: %v, want %v", got, tc.wake)
+			}
+		})
+	}
+}
+
 func tjOf(name string) *trainer.TrainJob {
 	return &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a", UID: "tj-uid"}}
 }

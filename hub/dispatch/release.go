@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,12 +50,48 @@ func refused(err error) bool {
 // them would start the next pass at once, past the rate limiter: when a
 // Dispatch create failed, every pass wrote the annotation again and the
 // Workload looped hot.
+//
+// It also drops the update in which a check of the Workload starts to wait
+// for room (Pending, WaitingPrefix) and nothing else changes: the pass
+// that wrote it recorded the Workload as waiting under the in-flight lock,
+// so room freeing after it wakes it, and a pass on the write's echo would
+// only fail again.
 func ignoreOwnAttemptWrites() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		oldWl, okOld := e.ObjectOld.(*kueue.Workload)
 		newWl, okNew := e.ObjectNew.(*kueue.Workload)
-		return !okOld || !okNew || !onlyAttemptChanged(oldWl, newWl)
+		return !okOld || !okNew || !(onlyAttemptChanged(oldWl, newWl) || onlyStartedWaiting(oldWl, newWl))
 	}}
+}
+
+// onlyStartedWaiting reports whether b differs from a only in checks that
+// became Pending with WaitingPrefix.
+func onlyStartedWaiting(a, b *kueue.Workload) bool {
+	started := map[kueue.AdmissionCheckReference]bool{}
+	for _, c := range b.Status.AdmissionChecks {
+		if c.State == kueue.CheckStatePending && strings.HasPrefix(c.Message, WaitingPrefix) {
+			started[c.Name] = true
+		}
+	}
+	for _, c := range a.Status.AdmissionChecks {
+		if started[c.Name] && c.State == kueue.CheckStatePending && strings.HasPrefix(c.Message, WaitingPrefix) {
+			delete(started, c.Name) // was waiting already: not this write
+		}
+	}
+	if len(started) == 0 {
+		return false
+	}
+	others := func(wl *kueue.Workload) kueue.WorkloadStatus {
+		st := *wl.Status.DeepCopy()
+		st.AdmissionChecks = slices.DeleteFunc(st.AdmissionChecks, func(c kueue.AdmissionCheckState) bool { return started[c.Name] })
+		return st
+	}
+	return a.Generation == b.Generation &&
+		equality.Semantic.DeepEqual(a.DeletionTimestamp, b.DeletionTimestamp) &&
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) &&
+		slices.Equal(a.Finalizers, b.Finalizers) &&
+		equality.Semantic.DeepEqual(a.OwnerReferences, b.OwnerReferences) &&
+		equality.Semantic.DeepEqual(others(a), others(b))
 }
 
 func onlyAttemptChanged(a, b *kueue.Workload) bool {
