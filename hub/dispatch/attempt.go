@@ -52,6 +52,10 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 		// written: look again shortly.
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	if r.stillWaiting(s) {
+		// Nothing freed room since the last try; a wake-up will say so.
+		return ctrl.Result{}, nil
+	}
 	tj, err := r.owningTrainJob(ctx, wl)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -179,8 +183,14 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 	decision, err := placement.Choose(req, candidates)
 	switch {
 	case errors.Is(err, placement.ErrNoTarget) || errors.Is(err, placement.ErrNoCapacity):
+		judged := map[string]int64{}
+		for i := range targets.Items {
+			if t := &targets.Items[i]; ineligible[t.Name] != "" {
+				judged[t.Name] = t.Generation
+			}
+		}
 		r.flight.waitLocked(client.ObjectKeyFromObject(wl), waiter{gpus: req.GPUs(), flavors: req.Flavors,
-			ineligible: ineligible, priority: ptr.Deref(wl.Spec.Priority, 0), since: wl.CreationTimestamp.Time})
+			ineligible: judged, priority: ptr.Deref(wl.Spec.Priority, 0), since: wl.CreationTimestamp.Time})
 		return booking{}, placementError{err}
 	case errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible):
 		return booking{}, placementError{err}
@@ -256,6 +266,10 @@ func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl
 	if waitsForRoom(err) && !s.checkless {
 		return ctrl.Result{}, r.waitForRoom(ctx, s, err)
 	}
+	if !s.checkless {
+		// Kueue requeues it: its next pass must try, not wait for room.
+		r.flight.stopWaiting(client.ObjectKeyFromObject(s.wl))
+	}
 	if e := r.setCheck(ctx, s, kueue.CheckStateRetry, err.Error()); e != nil {
 		return ctrl.Result{}, e
 	}
@@ -266,6 +280,22 @@ func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl
 		return ctrl.Result{RequeueAfter: checklessRetryAfter}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// stillWaiting reports whether the Workload waits for room, says so on its
+// check, and no wake-up has offered it room since its last try: a pass on
+// any other event (Kueue's own writes, a resync) would only fail again.
+// A check Kueue reset, or a checkless job, tries again.
+func (r *Reconciler) stillWaiting(s *state) bool {
+	if s.checkless || !r.flight.asleep(client.ObjectKeyFromObject(s.wl)) {
+		return false
+	}
+	for _, c := range s.wl.Status.AdmissionChecks {
+		if c.Name == s.check {
+			return c.State == kueue.CheckStatePending && strings.HasPrefix(c.Message, WaitingPrefix)
+		}
+	}
+	return false
 }
 
 // waitsForRoom reports whether a placement failure only needs room to free

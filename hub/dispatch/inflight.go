@@ -46,18 +46,23 @@ type inflight struct {
 
 // waiter is a Workload that found no room, with what a wake-up reads: the
 // GPUs it needs, the flavors it was admitted with, the targets that could
-// never run it, and its place in line.
+// never run it (at the generation they were judged at), and its place in
+// line. woken: a wake-up offered it room since it last failed; until
+// then its passes do not try again.
 type waiter struct {
 	gpus       int64
 	flavors    []string
-	ineligible map[string]string
+	ineligible map[string]int64
 	priority   int32
 	since      time.Time
+	woken      bool
 }
 
-// wants reports whether room on t may let w start.
+// wants reports whether room on t may let w start. A target judged
+// ineligible at another spec is asked again.
 func (w waiter) wants(t *v1alpha1.Target) bool {
-	return w.ineligible[t.Name] == "" && placement.Serves(t, w.flavors)
+	gen, judged := w.ineligible[t.Name]
+	return (!judged || gen != t.Generation) && placement.Serves(t, w.flavors)
 }
 
 // flight is one Dispatch's claim on a target. A booked claim (not yet
@@ -241,6 +246,15 @@ func (f *inflight) waitLocked(wl types.NamespacedName, w waiter) {
 	f.waiting[wl] = w
 }
 
+// asleep reports whether wl waits for room and no wake-up has offered it
+// any since it last failed.
+func (f *inflight) asleep(wl types.NamespacedName) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w, ok := f.waiting[wl]
+	return ok && !w.woken
+}
+
 // stopWaiting forgets a Workload that no longer waits for room.
 func (f *inflight) stopWaiting(wl types.NamespacedName) {
 	f.mu.Lock()
@@ -264,11 +278,33 @@ func (f *inflight) recordTarget(t *v1alpha1.Target) {
 	f.targets[t.Name] = t
 }
 
-// forgetTarget drops a deleted Target.
-func (f *inflight) forgetTarget(name string) {
+// forgetTarget drops a deleted Target and wakes every Workload waiting
+// for room on it: it may now have nowhere to go, which its next pass says.
+func (f *inflight) forgetTarget(t *v1alpha1.Target) []reconcile.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.targets, name)
+	delete(f.targets, t.Name)
+	return f.wakeWantingLocked(t)
+}
+
+// wakeWanting wakes every Workload waiting for room on t as it was, room
+// or not: t no longer serves them as it did (its spec changed).
+func (f *inflight) wakeWanting(t *v1alpha1.Target) []reconcile.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.wakeWantingLocked(t)
+}
+
+func (f *inflight) wakeWantingLocked(t *v1alpha1.Target) []reconcile.Request {
+	var out []reconcile.Request
+	for key, w := range f.waiting {
+		if w.wants(t) {
+			w.woken = true
+			f.waiting[key] = w
+			out = append(out, reconcile.Request{NamespacedName: key})
+		}
+	}
+	return out
 }
 
 // sweep wakes, on every known target, whom its room may start: the
@@ -319,6 +355,8 @@ func (f *inflight) wakeForLocked(target string) []reconcile.Request {
 		case i > 0:
 			continue
 		}
+		e.woken = true
+		f.waiting[e.key] = e.waiter
 		out = append(out, reconcile.Request{NamespacedName: e.key})
 		if room <= 0 && places <= 0 {
 			break

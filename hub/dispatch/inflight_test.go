@@ -205,6 +205,11 @@ func TestTargetChangesWakeOnlyWhomTheyAffect(t *testing.T) {
 		"a heartbeat":   {updated: beat},
 		"GPUs freed":    {updated: base.Clone().FreeGPUs(16).Obj(), want: []types.NamespacedName{waiter}},
 		"lease expired": {updated: base.Clone().AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonLeaseExpired).Obj(), want: []types.NamespacedName{onTarget, waiter}},
+		"its flavor dropped": {updated: func() *v1alpha1.Target {
+			t := base.Clone().Flavors("a100").Obj()
+			t.Generation++
+			return t
+		}(), want: []types.NamespacedName{waiter}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -20,6 +20,13 @@ import (
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
+// joinLine records key as waiting, as a failed decision does.
+func joinLine(f *inflight, key types.NamespacedName, w waiter) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.waitLocked(key, w)
+}
+
 // waitingFor is a waiter needing gpus under flavors, first in line at t0.
 func waitingFor(gpus int64, flavors ...string) waiter {
 	return waiter{gpus: gpus, flavors: flavors, since: t0}
@@ -38,7 +45,7 @@ func TestWakeUpsAreSizedToTheRoom(t *testing.T) {
 		"third":      {gpus: 2, flavors: []string{"h100"}, since: at(2 * time.Second)},
 		"urgent":     {gpus: 8, flavors: []string{"h100"}, since: at(time.Hour), priority: 100},
 		"other":      {gpus: 1, flavors: []string{"a100"}, since: at(0)},
-		"never-here": {gpus: 1, flavors: []string{"h100"}, since: at(0), ineligible: map[string]string{"gpu-a": "no command"}},
+		"never-here": {gpus: 1, flavors: []string{"h100"}, since: at(0), ineligible: map[string]int64{"gpu-a": 0}},
 	}
 	cases := map[string]struct {
 		target   *v1alpha1.Target
@@ -74,9 +81,23 @@ func TestWakeUpsAreSizedToTheRoom(t *testing.T) {
 			waiting: []string{"first", "second", "third"},
 			want:    []string{"first", "second"},
 		},
+		"a target it could never run on does not wake it": {
+			target:  tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj(),
+			waiting: []string{"never-here", "second"},
+			want:    []string{"second"},
+		},
 		"a target of another flavor wakes only its own": {
 			target: tyt.MakeKubernetesTarget("gpu-b", "a100").Available().FreeGPUs(8).Obj(),
 			want:   []string{"other"},
+		},
+		"a target judged ineligible at another spec asks again": {
+			target: func() *v1alpha1.Target {
+				t := tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj()
+				t.Generation = 1
+				return t
+			}(),
+			waiting: []string{"never-here"},
+			want:    []string{"never-here"},
 		},
 		"a target another job could never use still wakes it elsewhere": {
 			target:  tyt.MakeKubernetesTarget("gpu-b", "h100").Available().FreeGPUs(1).Obj(),
@@ -128,7 +149,8 @@ func TestWaitingKeepsItsPlace(t *testing.T) {
 }
 
 // TestSweepOffersEveryTargetsRoom: the periodic sweep wakes whom each
-// known target's room can take, and no one for a target it forgot.
+// known target's room can take, and no one for a target it forgot; a
+// deleted target wakes all who waited for it.
 func TestSweepOffersEveryTargetsRoom(t *testing.T) {
 	f := newInflight()
 	f.mu.Lock()
@@ -138,8 +160,12 @@ func TestSweepOffersEveryTargetsRoom(t *testing.T) {
 	f.mu.Unlock()
 	f.recordTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj())
 	f.recordTarget(tyt.MakeKubernetesTarget("gpu-b", "a100").Available().FreeGPUs(1).Obj())
-	f.recordTarget(tyt.MakeKubernetesTarget("gpu-c", "gone").Available().FreeGPUs(1).Obj())
-	f.forgetTarget("gpu-c")
+	gone := tyt.MakeKubernetesTarget("gpu-c", "gone").Available().FreeGPUs(1).Obj()
+	f.recordTarget(gone)
+	if got := names(f.forgetTarget(gone)); !cmp.Equal([]string{"gone"}, got) {
+		t.Errorf("a deleted target woke %v, want those waiting for it", got)
+	}
+	joinLine(f, types.NamespacedName{Namespace: "team-a", Name: "gone"}, waiter{gpus: 1, flavors: []string{"gone"}, since: t0})
 	got := names(f.sweep())
 	sort.Strings(got)
 	if diff := cmp.Diff([]string{"a100", "h100"}, got); diff != "" {
@@ -193,6 +219,7 @@ func TestNoRoomKeepsTheCheckPending(t *testing.T) {
 			r := NewReconciler(c, c, rec, clocktesting.NewFakeClock(t0), Options{})
 			key := client.ObjectKey{Namespace: "team-a", Name: "wl"}
 			for _, err := range tc.errs {
+				joinLine(r.flight, key, waitingFor(8, "h100")) // as chooseAndBook records it
 				s, lerr := r.load(ctx, key)
 				if lerr != nil {
 					t.Fatal(lerr)
@@ -218,6 +245,46 @@ func TestNoRoomKeepsTheCheckPending(t *testing.T) {
 			if got := len(rec.Events); got != tc.events {
 				t.Errorf("%d events, want %d", got, tc.events)
 			}
+			if got, want := r.flight.asleep(key), tc.wantState == kueue.CheckStatePending; got != want {
+				t.Errorf("in the waiting line: %v, want %v (Kueue requeues a Retry)", got, want)
+			}
 		})
+	}
+}
+
+// TestWaitingPassesWaitForAWakeUp: once a Workload waits for room and says
+// so on its check, its passes do not try again until a wake-up offers it
+// room; a check Kueue reset, or a checkless job, tries at once.
+func TestWaitingPassesWaitForAWakeUp(t *testing.T) {
+	key := types.NamespacedName{Namespace: "team-a", Name: "wl"}
+	checkSays := func(msg string) *state {
+		wl := reserved().Obj()
+		wl.Status.AdmissionChecks = []kueue.AdmissionCheckState{{Name: "trainyard", State: kueue.CheckStatePending, Message: msg}}
+		return &state{wl: wl, check: "trainyard", checkState: kueue.CheckStatePending}
+	}
+	r := NewReconciler(nil, nil, nil, clocktesting.NewFakeClock(t0), Options{})
+	waiting := checkSays(WaitingPrefix + "no target has room")
+	if r.stillWaiting(waiting) {
+		t.Errorf("a Workload not in the line waits")
+	}
+	joinLine(r.flight, key, waitingFor(1, "h100"))
+	if !r.stillWaiting(waiting) {
+		t.Errorf("a Workload in the line that says it waits tries again")
+	}
+	if r.stillWaiting(checkSays("Reset to Pending after eviction")) {
+		t.Errorf("a check Kueue reset waits")
+	}
+	checkless := checkSays(WaitingPrefix + "x")
+	checkless.checkless = true
+	if r.stillWaiting(checkless) {
+		t.Errorf("a checkless job waits")
+	}
+	r.flight.noteTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj())
+	if r.stillWaiting(waiting) {
+		t.Errorf("a woken Workload waits")
+	}
+	joinLine(r.flight, key, waitingFor(1, "h100"))
+	if !r.stillWaiting(waiting) {
+		t.Errorf("a Workload that failed again after its wake-up tries again without a new one")
 	}
 }

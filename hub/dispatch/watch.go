@@ -103,7 +103,8 @@ func workloadOfDispatch(d *v1alpha1.Dispatch) []reconcile.Request {
 // with unfinished Dispatches on it when its availability flips or its
 // deletion starts, and as many waiting for room as it may now take when it
 // may have more (it appeared, became available, changed its spec or
-// published more free resources). Heartbeats that change nothing else
+// published more free resources). Those that waited for it all wake when
+// it goes or its spec changes, since they may have nowhere left to wait. Heartbeats that change nothing else
 // wake no one. Every change updates the in-flight record's view of the
 // Target, from which wake-ups size the room.
 func (r *Reconciler) targetHandler() handler.EventHandler {
@@ -123,6 +124,10 @@ func (r *Reconciler) targetHandler() handler.EventHandler {
 			if flipped || oldT.DeletionTimestamp.IsZero() != newT.DeletionTimestamp.IsZero() {
 				addAll(q, r.workloadsOnTarget(ctx, newT.Name))
 			}
+			if oldT.Generation != newT.Generation {
+				// Those that waited on its old spec (a flavor it dropped).
+				addAll(q, r.flight.wakeWanting(oldT))
+			}
 			if flipped || mayHaveMoreRoom(oldT, newT) {
 				addAll(q, r.flight.noteTarget(newT))
 				return
@@ -130,7 +135,9 @@ func (r *Reconciler) targetHandler() handler.EventHandler {
 			r.flight.recordTarget(newT)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
-			r.flight.forgetTarget(e.Object.GetName())
+			if t, ok := e.Object.(*v1alpha1.Target); ok {
+				addAll(q, r.flight.forgetTarget(t))
+			}
 			addAll(q, r.workloadsOnTarget(ctx, e.Object.GetName()))
 		},
 	}
