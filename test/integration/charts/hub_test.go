@@ -137,6 +137,15 @@ func TestHubDeployment(t *testing.T) {
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("resources = %+v, want CPU requests and a memory limit", c.Resources)
 	}
+	// The Go runtime must know the limit, or its heap grows to twice the
+	// live data (GOGC 100) and the kernel kills it first.
+	memLimit := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory"
+	})
+	if !memLimit {
+		t.Errorf("hub env %+v: want GOMEMLIMIT from limits.memory", c.Env)
+	}
 	if d.Spec.Template.Spec.ServiceAccountName != objs.one(t, "ServiceAccount").GetName() {
 		t.Errorf("pod runs as %q, not the chart's ServiceAccount", d.Spec.Template.Spec.ServiceAccountName)
 	}
