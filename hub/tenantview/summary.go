@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -22,7 +24,15 @@ import (
 type Summarizer struct {
 	// Client reads Dispatches and Workloads (cached) and patches TrainJobs.
 	Client client.Client
+	Clock  clock.PassiveClock
 }
+
+// summaryDelay holds back the summary of a Dispatch younger than this that
+// has not ended. Its first phases (Pending, Submitted, often Running) come
+// within a second or two; each summary is a TrainJob update, which passes
+// Kueue's TrainJob webhook and reconciler, so one write of where the job
+// got to replaces two or three.
+const summaryDelay = 2 * time.Second
 
 // SetupWithManager registers the summarizer; it wakes on Dispatches, whose
 // informer the dispatcher keeps anyway.
@@ -47,6 +57,9 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if owner == nil || owner.Kind != trainer.TrainJobKind {
 		return ctrl.Result{}, nil
 	}
+	if age := s.clock().Since(d.CreationTimestamp.Time); age < summaryDelay && !d.Status.Phase.IsFinal() {
+		return ctrl.Result{RequeueAfter: summaryDelay - age}, nil
+	}
 	raw, err := json.Marshal(Summarize(&d))
 	if err != nil {
 		return ctrl.Result{}, err
@@ -66,6 +79,13 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, client.IgnoreNotFound(s.Client.Patch(ctx, &tj, client.RawPatch("application/merge-patch+json", patch)))
+}
+
+func (s *Summarizer) clock() clock.PassiveClock {
+	if s.Clock == nil {
+		return clock.RealClock{}
+	}
+	return s.Clock
 }
 
 // Summarize is the tenant's view of d: no runtime snapshot, command, env

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,5 +62,53 @@ func TestSummaryBoundsDomains(t *testing.T) {
 	ps := Summarize(d).PodSets[0]
 	if len(ps.Domains) != v1alpha1.MaxSummaryDomains || ps.MoreDomains != 5 {
 		t.Errorf("domains %d, more %d; want %d and 5", len(ps.Domains), ps.MoreDomains, v1alpha1.MaxSummaryDomains)
+	}
+}
+
+// TestSummaryWaitsForTheFirstPhases: a Dispatch younger than summaryDelay
+// that has not ended gets no summary yet (its next phases follow within
+// moments, and each summary is a TrainJob update); one that ended, or is
+// older, gets it at once.
+func TestSummaryWaitsForTheFirstPhases(t *testing.T) {
+	cases := map[string]struct {
+		age       time.Duration
+		phase     v1alpha1.DispatchPhase
+		wantPhase v1alpha1.DispatchPhase // "" for no summary yet
+		wantAfter time.Duration
+	}{
+		"young and pending":   {age: 500 * time.Millisecond, phase: v1alpha1.DispatchPending, wantAfter: summaryDelay - 500*time.Millisecond},
+		"young and running":   {age: time.Second, phase: v1alpha1.DispatchRunning, wantAfter: summaryDelay - time.Second},
+		"young and succeeded": {age: time.Second, phase: v1alpha1.DispatchSucceeded, wantPhase: v1alpha1.DispatchSucceeded},
+		"old and running":     {age: summaryDelay, phase: v1alpha1.DispatchRunning, wantPhase: v1alpha1.DispatchRunning},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			objs := world()
+			live := objs[3].(*v1alpha1.Dispatch)
+			live.CreationTimestamp = metav1.NewTime(t0)
+			live.Status.Phase = tc.phase
+			c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(objs...).Build()
+			s := &Summarizer{Client: c, Clock: clocktesting.NewFakePassiveClock(t0.Add(tc.age))}
+			res, err := s.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(live)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequeueAfter != tc.wantAfter {
+				t.Errorf("requeue after %v, want %v", res.RequeueAfter, tc.wantAfter)
+			}
+			var tj trainer.TrainJob
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: "llama"}, &tj); err != nil {
+				t.Fatal(err)
+			}
+			var got v1alpha1.PlacementSummary
+			if raw, ok := tj.Annotations[v1alpha1.AnnotationPlacement]; ok {
+				if err := json.Unmarshal([]byte(raw), &got); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got.Phase != tc.wantPhase {
+				t.Errorf("summary phase %q, want %q", got.Phase, tc.wantPhase)
+			}
+		})
 	}
 }
