@@ -262,7 +262,6 @@ func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl
 		return ctrl.Result{}, r.reject(ctx, s, "", err.Error())
 	}
 	metrics.Dispatched("", metrics.ResultNoCapacity)
-	metrics.Waiting(s.wl.UID, requestOf(s.wl).Flavors, r.clock.Now())
 	if waitsForRoom(err) && !s.checkless {
 		return ctrl.Result{}, r.waitForRoom(ctx, s, err)
 	}

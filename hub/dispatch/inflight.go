@@ -56,6 +56,8 @@ type waiter struct {
 	priority   int32
 	since      time.Time
 	woken      bool
+	// waitedFrom is when it first found no room, for the queue gauges.
+	waitedFrom time.Time
 }
 
 // wants reports whether room on t may let w start. A target judged
@@ -240,8 +242,12 @@ func (f *inflight) booked(wl types.UID) bool {
 // waitLocked records a Workload that found no room. A Workload already
 // waiting keeps its place. The caller holds mu.
 func (f *inflight) waitLocked(wl types.NamespacedName, w waiter) {
-	if prev, ok := f.waiting[wl]; ok && !prev.since.IsZero() && prev.since.Before(w.since) {
-		w.since = prev.since
+	w.waitedFrom = f.now()
+	if prev, ok := f.waiting[wl]; ok {
+		w.waitedFrom = prev.waitedFrom
+		if !prev.since.IsZero() && prev.since.Before(w.since) {
+			w.since = prev.since
+		}
 	}
 	f.waiting[wl] = w
 }
@@ -367,15 +373,17 @@ func (f *inflight) wakeForLocked(target string) []reconcile.Request {
 
 // counts is what the record holds, for the hub's gauges: per target the
 // Dispatches not yet running (booked, Pending or Submitted) and those of
-// them waiting in the target's own queue, and every Workload with a
-// Dispatch that may hold GPUs.
+// them waiting in the target's own queue, and the Workloads waiting for
+// room.
 func (f *inflight) counts() metrics.FlightCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c := metrics.FlightCounts{InFlight: map[string]int{}, Queued: map[string]int{}, Placed: map[types.UID]bool{}}
+	c := metrics.FlightCounts{InFlight: map[string]int{}, Queued: map[string]int{}}
+	for _, w := range f.waiting {
+		c.Waiting = append(c.Waiting, metrics.WaitingJob{Flavors: w.flavors, Since: w.waitedFrom})
+	}
 	for target, on := range f.byTarget {
 		for _, fl := range on {
-			c.Placed[fl.workload] = true
 			if !fl.booked && fl.d.Status.Phase == v1alpha1.DispatchRunning {
 				continue
 			}

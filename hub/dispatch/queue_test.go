@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/types"
@@ -114,8 +115,8 @@ func TestQueuedStartWakesWaiting(t *testing.T) {
 }
 
 // TestCounts: the hub's gauges read the record, not the cache: Dispatches
-// not yet running per target, the queued ones among them, and the
-// Workloads placed.
+// not yet running per target, the queued ones among them, and the waiting
+// line with the time each first found no room.
 func TestCounts(t *testing.T) {
 	f := newInflight()
 	q := pendingDispatch("q", "hpc", v1alpha1.DispatchSubmitted)
@@ -127,10 +128,12 @@ func TestCounts(t *testing.T) {
 	f.mu.Lock()
 	f.bookLocked("agents/b", "gpu-a", "b", types.NamespacedName{Name: "b"}, 8, nil, false, t0)
 	f.mu.Unlock()
+	f.now = func() time.Time { return t0.Add(time.Minute) }
+	joinLine(f, types.NamespacedName{Name: "w"}, waitingFor(4, "hpc"))
 	want := metrics.FlightCounts{
 		InFlight: map[string]int{"hpc": 2, "gpu-a": 1},
 		Queued:   map[string]int{"hpc": 1},
-		Placed:   map[types.UID]bool{"q": true, "p": true, "r": true, "b": true},
+		Waiting:  []metrics.WaitingJob{{Flavors: []string{"hpc"}, Since: t0.Add(time.Minute)}},
 	}
 	if diff := cmp.Diff(want, f.counts()); diff != "" {
 		t.Errorf("counts (-want +got):\n%s", diff)

@@ -132,16 +132,21 @@ func TestWakeUpsAreSizedToTheRoom(t *testing.T) {
 }
 
 // TestWaitingKeepsItsPlace: a Workload that fails again keeps the place in
-// line it first took.
+// line it first took, and the time it first found no room.
 func TestWaitingKeepsItsPlace(t *testing.T) {
 	f := newInflight()
+	f.now = func() time.Time { return t0 }
 	early := types.NamespacedName{Namespace: "team-a", Name: "early"}
 	late := types.NamespacedName{Namespace: "team-a", Name: "late"}
 	f.mu.Lock()
 	f.waitLocked(early, waiter{gpus: 8, flavors: []string{"h100"}, since: t0})
 	f.waitLocked(late, waiter{gpus: 8, flavors: []string{"h100"}, since: t0.Add(time.Minute)})
+	f.now = func() time.Time { return t0.Add(time.Hour) }
 	f.waitLocked(early, waiter{gpus: 8, flavors: []string{"h100"}, since: t0.Add(time.Hour)})
 	f.mu.Unlock()
+	if got := f.waiting[early].waitedFrom; !got.Equal(t0) {
+		t.Errorf("waited from %v, want the first failure %v", got, t0)
+	}
 	got := names(f.noteTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(8).Obj()))
 	if diff := cmp.Diff([]string{"early"}, got); diff != "" {
 		t.Errorf("woken (-want +got):\n%s", diff)

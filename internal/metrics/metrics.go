@@ -72,7 +72,7 @@ func init() { Register(ctrlmetrics.Registry) }
 // controller-runtime's registry.
 func Register(reg prometheus.Registerer) {
 	reg.MustRegister(Dispatches, AdmissionToRunning, DecisionDuration, SyncErrors, APIWriteErrors,
-		BackendCallDuration, BackendCallErrors, FenceDeletions, newStateCollector(&sources, &waiting, &heartbeats))
+		BackendCallDuration, BackendCallErrors, FenceDeletions, newStateCollector(&sources, &heartbeats))
 }
 
 // Dispatched records one decision for target ("" when none was chosen).

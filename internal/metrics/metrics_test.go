@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -190,20 +189,12 @@ func scheme(t *testing.T) *runtime.Scheme {
 	return s
 }
 
-func workload(uid string, finished bool) *kueue.Workload {
-	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "wl-" + uid, UID: types.UID(uid)}}
-	if finished {
-		wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadFinished, Status: metav1.ConditionTrue, Reason: "Succeeded"}}
-	}
-	return wl
-}
-
 // TestHubState: the scraped gauges count from the cache: target health,
 // heartbeat time and an age that keeps growing with the hub's clock, and
-// the waiting Workloads under the targets serving their flavors, placed,
-// finished and deleted ones dropped. The Dispatches not yet running, and
-// those queued on their target, come from the dispatch controller's
-// record: a scrape lists no Dispatch.
+// the waiting Workloads under the targets serving their flavors. The
+// Dispatches not yet running, those queued on their target, and the
+// waiting line come from the dispatch controller's record: a scrape lists
+// no Dispatch and no Workload.
 func TestHubState(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	clk := clocktesting.NewFakeClock(now)
@@ -213,34 +204,28 @@ func TestHubState(t *testing.T) {
 		tytesting.MakeKubernetesTarget("c", "cpu").FlavorlessJobs(v1alpha1.FlavorlessJobsDeny).
 			AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonAwaitingAgent).Obj(),
 		tytesting.MakeDispatch("new", "agents", "a").Obj(),
-		workload("w-gpu", false), workload("w-gpu-late", false), workload("w-none", false),
-		workload("placed", false), workload("done", true),
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if _, ok := list.(*v1alpha1.DispatchList); ok {
-				t.Error("a scrape listed Dispatches")
+			switch list.(type) {
+			case *v1alpha1.DispatchList, *kueue.WorkloadList:
+				t.Errorf("a scrape listed %T", list)
 			}
 			return c.List(ctx, list, opts...)
 		},
 	}).Build()
 	flight := &HubFlight{Counts: func() FlightCounts {
-		return FlightCounts{InFlight: map[string]int{"a": 2, "b": 1}, Queued: map[string]int{"b": 1},
-			Placed: map[types.UID]bool{"placed": true}}
+		return FlightCounts{InFlight: map[string]int{"a": 2, "b": 1}, Queued: map[string]int{"b": 1}, Waiting: []WaitingJob{
+			{Since: now.Add(-10 * time.Minute), Flavors: []string{"gpu"}},
+			{Since: now.Add(-time.Minute), Flavors: []string{"gpu"}},
+			{Since: now.Add(-2 * time.Minute), Flavors: []string{"tpu"}},
+		}}
 	}}
 	beats := &beatSet{m: map[string]beat{}}
 	beats.m["a"] = beat{at: now.Add(-5 * time.Second), lostAfter: time.Minute}
 	beats.m["b"] = beat{at: now.Add(-90 * time.Second), lostAfter: time.Minute}
 	beats.m["deleted"] = beat{at: now, lostAfter: time.Minute}
-	w := &waitSet{m: map[types.UID]wait{
-		"w-gpu":      {since: now.Add(-10 * time.Minute), flavors: []string{"gpu"}},
-		"w-gpu-late": {since: now.Add(-time.Minute), flavors: []string{"gpu"}},
-		"w-none":     {since: now.Add(-2 * time.Minute), flavors: []string{"tpu"}},
-		"placed":     {since: now, flavors: []string{"gpu"}},
-		"done":       {since: now, flavors: []string{"gpu"}},
-		"deleted":    {since: now, flavors: []string{"gpu"}},
-	}}
-	col := newStateCollector(&sourceSet{list: []any{&HubState{Reader: c, Clock: clk}, flight}}, w, beats)
+	col := newStateCollector(&sourceSet{list: []any{&HubState{Reader: c, Clock: clk}, flight}}, beats)
 	clk.Step(30 * time.Second) // silent targets age without any reconcile
 
 	want := `
@@ -291,13 +276,6 @@ trainyard_target_lost_after_seconds{target="b"} 60
 	if err := testutil.CollectAndCompare(col, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
-	var left []types.UID
-	for uid := range w.keep(func(types.UID) bool { return true }) {
-		left = append(left, uid)
-	}
-	if len(left) != 3 {
-		t.Errorf("waiting after the scrape: %v, want w-gpu, w-gpu-late and w-none (placed, finished and deleted dropped)", left)
-	}
 }
 
 // TestAgentState: an agent reports its target's Dispatches by phase,
@@ -310,7 +288,7 @@ func TestAgentState(t *testing.T) {
 		tytesting.MakeDispatch("other-ns", "elsewhere", "s1").Phase(v1alpha1.DispatchRunning).Obj(),
 	).Build()
 	a := &AgentState{Reader: c, Namespace: "agents", Target: "s1"}
-	col := newStateCollector(&sourceSet{list: []any{a, a}}, &waitSet{m: map[types.UID]wait{}}, &beatSet{m: map[string]beat{}})
+	col := newStateCollector(&sourceSet{list: []any{a, a}}, &beatSet{m: map[string]beat{}})
 	got := map[string]float64{}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col)
@@ -331,25 +309,6 @@ func TestAgentState(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("agent_dispatches by phase (-want +got):\n%s", diff)
 	}
-}
-
-// TestWaitingKeepsFirstTime: a Workload that fails again keeps the time it
-// first found no room.
-func TestWaitingKeepsFirstTime(t *testing.T) {
-	t0 := time.Unix(500, 0)
-	Waiting("again", []string{"gpu"}, t0)
-	Waiting("again", []string{"gpu"}, t0.Add(time.Minute))
-	got := waiting.keep(func(uid types.UID) bool { return uid != "again" })["again"]
-	if !got.since.IsZero() {
-		t.Fatalf("keep returned a dropped entry")
-	}
-	Waiting("again2", nil, t0)
-	Waiting("again2", nil, t0.Add(time.Minute))
-	w := waiting.keep(func(uid types.UID) bool { return uid == "again2" })["again2"]
-	if !w.since.Equal(t0) {
-		t.Errorf("since = %v, want the first time %v", w.since, t0)
-	}
-	waiting.keep(func(types.UID) bool { return false })
 }
 
 // TestRegister: every metric registers on a fresh registry without clashing.

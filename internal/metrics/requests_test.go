@@ -121,8 +121,9 @@ func TestDecisionDuration(t *testing.T) {
 func TestInFlightOnlyFromTheRecord(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(tytesting.MakeKubernetesTarget("a", "gpu").Available().Obj(),
 		tytesting.MakeDispatch("new", "agents", "a").Obj()).Build()
-	col := newStateCollector(&sourceSet{list: []any{&HubState{Reader: c}}}, &waitSet{m: nil}, &beatSet{m: map[string]beat{}})
-	if n := testutil.CollectAndCount(col, "trainyard_dispatches_in_flight", "trainyard_dispatches_queued"); n != 0 {
+	col := newStateCollector(&sourceSet{list: []any{&HubState{Reader: c}}}, &beatSet{m: map[string]beat{}})
+	if n := testutil.CollectAndCount(col, "trainyard_dispatches_in_flight", "trainyard_dispatches_queued",
+		"trainyard_queue_depth", "trainyard_queue_oldest_wait_seconds"); n != 0 {
 		t.Errorf("%d in-flight series without the record, want none", n)
 	}
 }

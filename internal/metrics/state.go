@@ -8,10 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
@@ -23,8 +21,9 @@ import (
 // collectTimeout bounds one scrape's reads of the cache.
 const collectTimeout = 5 * time.Second
 
-// HubState is a manager Runnable: while it runs, scrapes count Targets,
-// Dispatches and waiting Workloads from Reader (the manager's cache).
+// HubState is a manager Runnable: while it runs, scrapes count Targets
+// from Reader (the manager's cache); what is in flight and what waits for
+// room come from HubFlight.
 type HubState struct {
 	Reader client.Reader
 	Clock  clock.PassiveClock
@@ -51,8 +50,15 @@ type FlightCounts struct {
 	// Pending or Submitted); Queued those of them sent to wait in the
 	// target's own queue.
 	InFlight, Queued map[string]int
-	// Placed holds every Workload with a Dispatch that may hold GPUs.
-	Placed map[types.UID]bool
+	// Waiting is the record's line of Workloads waiting for room.
+	Waiting []WaitingJob
+}
+
+// WaitingJob is one Workload of the waiting line: the flavors it was
+// admitted with, and since when it has waited.
+type WaitingJob struct {
+	Flavors []string
+	Since   time.Time
 }
 
 // Start registers h as a source until ctx ends.
@@ -98,19 +104,6 @@ func (s *sourceSet) snapshot() []any {
 	return slices.Clone(s.list)
 }
 
-// waitSet holds the Workloads whose last placement found no room.
-type waitSet struct {
-	mu sync.Mutex
-	m  map[types.UID]wait
-}
-
-type wait struct {
-	since   time.Time
-	flavors []string
-}
-
-var waiting = waitSet{m: map[types.UID]wait{}}
-
 // beatSet holds, per target, when the hub last saw its agent renew and how
 // long the hub lets it be silent before it is lost.
 type beatSet struct {
@@ -148,41 +141,6 @@ func (b *beatSet) forget(target string) {
 	delete(b.m, target)
 }
 
-// Waiting records that Workload uid, admitted with flavors, found no target
-// with room at now. It stays waiting, from its first such pass, until a
-// scrape sees it placed, finished or deleted.
-func Waiting(uid types.UID, flavors []string, now time.Time) {
-	waiting.mu.Lock()
-	defer waiting.mu.Unlock()
-	w, ok := waiting.m[uid]
-	if !ok {
-		w.since = now
-	}
-	w.flavors = flavors
-	waiting.m[uid] = w
-}
-
-func (s *waitSet) empty() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m) == 0
-}
-
-// keep drops the entries keep refuses and returns the rest.
-func (s *waitSet) keep(keep func(types.UID) bool) map[types.UID]wait {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[types.UID]wait{}
-	for uid, w := range s.m {
-		if !keep(uid) {
-			delete(s.m, uid)
-			continue
-		}
-		out[uid] = w
-	}
-	return out
-}
-
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 }
@@ -208,12 +166,11 @@ var (
 // stateCollector emits the gauges of the running sources.
 type stateCollector struct {
 	sources *sourceSet
-	waiting *waitSet
 	beats   *beatSet
 }
 
-func newStateCollector(s *sourceSet, w *waitSet, b *beatSet) prometheus.Collector {
-	return &stateCollector{sources: s, waiting: w, beats: b}
+func newStateCollector(s *sourceSet, b *beatSet) prometheus.Collector {
+	return &stateCollector{sources: s, beats: b}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -296,37 +253,23 @@ func (c *stateCollector) collectHub(ctx context.Context, h *HubState, flight *Hu
 			gauge(ch, queuedDesc, float64(counts.Queued[t.Name]), t.Name)
 		}
 	}
-	c.collectQueue(ctx, h.Reader, targets.Items, counts.Placed, now, ch)
+	if counts.InFlight != nil {
+		collectQueue(targets.Items, counts.Waiting, now, ch)
+	}
 }
 
-// collectQueue drops waiting Workloads that are placed, finished or gone,
-// and counts the rest under the Targets serving their flavors.
-func (c *stateCollector) collectQueue(ctx context.Context, r client.Reader, targets []v1alpha1.Target,
-	placed map[types.UID]bool, now time.Time, ch chan<- prometheus.Metric) {
+// collectQueue counts the waiting line under the Targets serving each
+// job's flavors: the dispatch controller's record, so a scrape lists no
+// Workload however many wait.
+func collectQueue(targets []v1alpha1.Target, line []WaitingJob, now time.Time, ch chan<- prometheus.Metric) {
 	depth, oldest := map[string]int{}, map[string]time.Time{}
 	for _, t := range targets {
 		depth[t.Name] = 0
 	}
-	defer func() {
-		for t, n := range depth {
-			gauge(ch, queueDepthDesc, float64(n), t)
-			if n > 0 {
-				gauge(ch, oldestWaitDesc, now.Sub(oldest[t]).Seconds(), t)
-			}
-		}
-	}()
-	var wls kueue.WorkloadList
-	if c.waiting.empty() || r.List(ctx, &wls) != nil {
-		return
-	}
-	open := map[types.UID]bool{}
-	for _, wl := range wls.Items {
-		open[wl.UID] = wl.DeletionTimestamp.IsZero() && !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)
-	}
-	for _, w := range c.waiting.keep(func(uid types.UID) bool { return open[uid] && !placed[uid] }) {
+	for _, w := range line {
 		serving := []string{}
 		for _, t := range targets {
-			if serves(&t, w.flavors) {
+			if serves(&t, w.Flavors) {
 				serving = append(serving, t.Name)
 			}
 		}
@@ -335,9 +278,15 @@ func (c *stateCollector) collectQueue(ctx context.Context, r client.Reader, targ
 		}
 		for _, t := range serving {
 			depth[t]++
-			if o, ok := oldest[t]; !ok || w.since.Before(o) {
-				oldest[t] = w.since
+			if o, ok := oldest[t]; !ok || w.Since.Before(o) {
+				oldest[t] = w.Since
 			}
+		}
+	}
+	for t, n := range depth {
+		gauge(ch, queueDepthDesc, float64(n), t)
+		if n > 0 {
+			gauge(ch, oldestWaitDesc, now.Sub(oldest[t]).Seconds(), t)
 		}
 	}
 }
