@@ -104,9 +104,10 @@ func workloadOfDispatch(d *v1alpha1.Dispatch) []reconcile.Request {
 // deletion starts, and as many waiting for room as it may now take when it
 // may have more (it appeared, became available, changed its spec or
 // published more free resources). Those that waited for it all wake when
-// it goes or its spec changes, since they may have nowhere left to wait. Heartbeats that change nothing else
-// wake no one. Every change updates the in-flight record's view of the
-// Target, from which wake-ups size the room.
+// it goes or its spec changes, since they may have nowhere left to wait.
+// Heartbeats that change nothing else wake no one. Every change updates
+// the in-flight record's view of the Target, from which wake-ups size the
+// room.
 func (r *Reconciler) targetHandler() handler.EventHandler {
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q queue) {
