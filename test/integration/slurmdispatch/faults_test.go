@@ -2,8 +2,11 @@ package slurmdispatch
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,8 +42,11 @@ func TestSlurmOutageLosesNothing(t *testing.T) {
 	for _, daemon := range []string{"slurmrestd", "slurmctld"} {
 		t.Run(daemon, func(t *testing.T) {
 			ctx := context.Background()
-			running := submit(t, trainJob("before-"+daemon, "outage-slurm", 1, 1, "sleep", "12"))
+			running := submit(t, trainJob("before-"+daemon, "outage-slurm", 1, 1, "sleep", "12.25"))
 			dispatchOf(t, running, phaseIs(v1alpha1.DispatchRunning))
+			// RUNNING is the batch script; its srun step needs slurmctld to
+			// start, so the outage begins only once the command runs.
+			waitForProcess(t, "sleep", "12.25")
 
 			if err := env.cluster.StopDaemon(ctx, daemon); err != nil {
 				t.Fatal(err)
@@ -141,4 +147,20 @@ func TestNodeFailureRequeuesWhenRestartsAllowed(t *testing.T) {
 			NewWithT(t).Expect(slurmJobsOf(NewWithT(t), tj)).To(HaveLen(1))
 		})
 	}
+}
+
+// waitForProcess waits until a process of this machine (the harness's
+// nodes run here) has exactly argv as its command line.
+func waitForProcess(t *testing.T, argv ...string) {
+	t.Helper()
+	want := strings.Join(argv, "\x00") + "\x00"
+	NewWithT(t).Eventually(func() bool {
+		dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, f := range dirs {
+			if b, err := os.ReadFile(f); err == nil && string(b) == want {
+				return true
+			}
+		}
+		return false
+	}, slurmTimeout, util.Interval).Should(BeTrue(), "no process runs %q", argv)
 }
