@@ -37,8 +37,10 @@ const (
 
 // ManagerOptions are the hub process's settings.
 type ManagerOptions struct {
-	MetricsAddr             string
-	ProbeAddr               string
+	MetricsAddr string
+	ProbeAddr   string
+	// PprofAddr serves Go's /debug/pprof; empty or "0" serves none.
+	PprofAddr               string
 	LeaderElect             bool
 	LeaderElectionNamespace string
 	QPS                     float32
@@ -89,6 +91,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		Scheme:                  Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.ProbeAddr,
+		PprofBindAddress:        o.PprofAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "trainyard-hub.trainyard.dev",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,

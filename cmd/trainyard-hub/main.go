@@ -20,6 +20,8 @@ func main() {
 	var qps float64
 	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables)")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.StringVar(&o.PprofAddr, "pprof-bind-address", "0",
+		"address of Go's /debug/pprof profiles (0 disables; they show memory contents, so bind it to localhost)")
 	flag.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active hub among replicas")
 	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's)")
 	flag.Float64Var(&qps, "kube-api-qps", hub.DefaultQPS, "queries per second to the hub API server")

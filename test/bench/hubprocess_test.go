@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +25,8 @@ import (
 type hubProcess struct {
 	*procs.Process
 	url string
+	// pprof is the base URL of the process's /debug/pprof endpoints.
+	pprof string
 
 	mu      sync.Mutex
 	samples []sample
@@ -205,4 +209,33 @@ func histogramIn(families []*dto.MetricFamily, name string, labels map[string]st
 func costCells(before, after hubCost) []string {
 	d, r := after.decision.since(before.decision), after.reconcile.since(before.reconcile)
 	return []string{ms(d.quantile(0.99)), ms(r.quantile(0.99))}
+}
+
+// profile saves a CPU profile of the next d of the hub's work to path, in
+// the background: the bench's artifacts keep where the hub's CPU went
+// (go tool pprof -top path).
+func (h *hubProcess) profile(ctx context.Context, b *testing.B, path string, d time.Duration) {
+	go func() {
+		url := fmt.Sprintf("%s/profile?seconds=%d", h.pprof, int(d.Seconds()))
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			b.Logf("hub profile: %v", err)
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Logf("hub profile: %v", err)
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		f, err := os.Create(path)
+		if err != nil {
+			b.Logf("hub profile: %v", err)
+			return
+		}
+		defer func() { _ = f.Close() }()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			b.Logf("hub profile: %v", err)
+		}
+	}()
 }

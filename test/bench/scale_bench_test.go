@@ -16,6 +16,7 @@ import (
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	sandboxfleet "github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/harness/procs"
@@ -88,12 +89,14 @@ func scaleRound(b *testing.B, nodes, queued int, drain time.Duration) {
 	created := time.Since(t0)
 	rec.waitDispatched(b, slots, 15*time.Minute)
 	filled := rec.last()
+	hub.profile(ctx, b, filepath.Join(dir, "hub-filling.pprof"), time.Minute)
 	waitQuotaReserved(b, fleet.Hub, total)
 	quiet := fanOut(ctx, b, fleet.Hub, rec, time.Minute)
 
 	// Drain: complete what runs, so the waiting jobs follow and finished
 	// Dispatches pile up.
 	done.enable()
+	hub.profile(ctx, b, filepath.Join(dir, "hub-draining.pprof"), time.Minute)
 	rec.waitDispatched(b, total, drain)
 	rec.stop()
 	windows := rec.windows(t0, slots, scaleWindow)
@@ -117,10 +120,17 @@ func startScaleControllers(ctx context.Context, b *testing.B, fleet *kube.Fleet,
 		b.Fatal(err)
 	}
 	h := reg.HubOptions
-	hp = &hubProcess{url: reg.MetricsURL, Process: procs.New("hub", bins["trainyard-hub"], filepath.Join(dir, "hub.log"),
-		"--kubeconfig="+kc("hub"), "--leader-elect=false", "--metrics-bind-address="+h.MetricsAddr,
-		"--health-probe-bind-address=0", "--webhook-host="+h.WebhookHost, "--webhook-port="+strconv.Itoa(h.WebhookPort),
-		"--webhook-cert-dir="+h.WebhookCertDir)}
+	pprofPort, err := sandboxfleet.FreePort()
+	if err != nil {
+		b.Fatal(err)
+	}
+	pprofAddr := "127.0.0.1:" + strconv.Itoa(pprofPort)
+	hp = &hubProcess{url: reg.MetricsURL, pprof: "http://" + pprofAddr + "/debug/pprof",
+		Process: procs.New("hub", bins["trainyard-hub"], filepath.Join(dir, "hub.log"),
+			"--kubeconfig="+kc("hub"), "--leader-elect=false", "--metrics-bind-address="+h.MetricsAddr,
+			"--pprof-bind-address="+pprofAddr,
+			"--health-probe-bind-address=0", "--webhook-host="+h.WebhookHost, "--webhook-port="+strconv.Itoa(h.WebhookPort),
+			"--webhook-cert-dir="+h.WebhookCertDir)}
 	all := []*procs.Process{hp.Process}
 	for _, s := range fleet.Spokes {
 		if err := procs.WriteKubeconfig(kc("agent-"+s.Name), reg.AgentConfigs[s.Name]); err != nil {
