@@ -170,6 +170,7 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 		return booking{}, err
 	}
 	now := r.clock.Now()
+	me := place{key: client.ObjectKeyFromObject(wl), priority: ptr.Deref(wl.Spec.Priority, 0), since: wl.CreationTimestamp.Time}
 	candidates := make([]placement.Candidate, 0, len(targets.Items))
 	for i := range targets.Items {
 		t := &targets.Items[i]
@@ -177,6 +178,8 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 			continue // being drained: nothing new goes there
 		}
 		gpus, nodes := r.flight.onTargetLocked(t.Name, &t.Status, nodeLevelOf(t), now)
+		// Room a wake-up offered those ahead in line is theirs.
+		gpus += r.flight.promisedAheadLocked(t.Name, me, now)
 		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: gpus, InFlight: nodes,
 			Ineligible: ineligible[t.Name], Queued: r.flight.queuedLocked(t.Name)})
 	}
@@ -189,8 +192,8 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 				judged[t.Name] = t.Generation
 			}
 		}
-		r.flight.waitLocked(client.ObjectKeyFromObject(wl), waiter{gpus: req.GPUs(), flavors: req.Flavors,
-			ineligible: judged, priority: ptr.Deref(wl.Spec.Priority, 0), since: wl.CreationTimestamp.Time})
+		r.flight.waitLocked(me.key, waiter{gpus: req.GPUs(), flavors: req.Flavors,
+			ineligible: judged, priority: me.priority, since: me.since})
 		return booking{}, placementError{err}
 	case errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible):
 		return booking{}, placementError{err}

@@ -32,6 +32,11 @@ import (
 // status shows free less those in flight (and its free places in its own
 // queue), and always the first in line. Ten thousand waiting jobs cost one
 // pass each per job that can start, not one per freed GPU each.
+//
+// The GPUs a wake-up offers are promised to those it woke until their next
+// try (or promiseTTL): a job admitted meanwhile, or one behind them in line,
+// counts them as taken, so room that frees goes to the line in its order
+// rather than to whichever pass runs first.
 type inflight struct {
 	mu sync.Mutex
 	// byTarget holds, per target, each Dispatch (by namespace/name) that
@@ -41,7 +46,35 @@ type inflight struct {
 	// targets is each Target as the hub's watch last showed it: how much
 	// room a wake-up has to give away.
 	targets map[string]*v1alpha1.Target
-	now     func() time.Time
+	// promised holds, per target, the GPUs its wake-ups offered to waiting
+	// Workloads that have not tried again yet.
+	promised map[string]map[types.NamespacedName]promise
+	now      func() time.Time
+}
+
+// promise is room a wake-up offered a waiting Workload on one target.
+type promise struct {
+	place
+	gpus int64
+	at   time.Time
+}
+
+// promiseTTL bounds a promise whose Workload never tried again (its pass
+// was dropped, or it left the line another way).
+const promiseTTL = time.Minute
+
+// place is a Workload's place in the waiting line: higher priority first,
+// then earlier creation, then namespace and name so that the order is
+// total.
+type place struct {
+	key      types.NamespacedName
+	priority int32
+	since    time.Time
+}
+
+func (a place) compare(b place) int {
+	return cmp.Or(cmp.Compare(b.priority, a.priority), a.since.Compare(b.since),
+		cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
 }
 
 // waiter is a Workload that found no room, with what a wake-up reads: the
@@ -101,7 +134,7 @@ const bookingTTL = time.Minute
 
 func newInflight() *inflight {
 	return &inflight{byTarget: map[string]map[string]flight{}, waiting: map[types.NamespacedName]waiter{},
-		targets: map[string]*v1alpha1.Target{}, now: time.Now}
+		targets: map[string]*v1alpha1.Target{}, promised: map[string]map[types.NamespacedName]promise{}, now: time.Now}
 }
 
 func keyOf(namespace, name string) string { return namespace + "/" + name }
@@ -209,7 +242,39 @@ func (f *inflight) bookLocked(key, target string, wl types.UID, wlKey types.Name
 		f.byTarget[target] = on
 	}
 	on[key] = flight{workload: wl, gpus: gpus, booked: true, queued: queued, at: now, nodes: nodes}
-	delete(f.waiting, wlKey)
+	f.leaveLineLocked(wlKey)
+}
+
+// leaveLineLocked forgets wl's wait and the room promised to it. The
+// caller holds mu.
+func (f *inflight) leaveLineLocked(wl types.NamespacedName) {
+	delete(f.waiting, wl)
+	f.dropPromisesLocked(wl)
+}
+
+func (f *inflight) dropPromisesLocked(wl types.NamespacedName) {
+	for target, on := range f.promised {
+		delete(on, wl)
+		if len(on) == 0 {
+			delete(f.promised, target)
+		}
+	}
+}
+
+// promisedAheadLocked is the GPUs on target promised to Workloads ahead of
+// me in line, which a decision for me must leave them. Lapsed promises are
+// dropped. The caller holds mu.
+func (f *inflight) promisedAheadLocked(target string, me place, now time.Time) int64 {
+	var gpus int64
+	for key, p := range f.promised[target] {
+		switch {
+		case now.Sub(p.at) > promiseTTL:
+			delete(f.promised[target], key)
+		case key != me.key && p.compare(me) < 0:
+			gpus += p.gpus
+		}
+	}
+	return gpus
 }
 
 // unbook gives a booking back after its Dispatch was not written; what the
@@ -240,8 +305,10 @@ func (f *inflight) booked(wl types.UID) bool {
 }
 
 // waitLocked records a Workload that found no room. A Workload already
-// waiting keeps its place. The caller holds mu.
+// waiting keeps its place; the room promised to it is free again, for the
+// next wake-up to offer. The caller holds mu.
 func (f *inflight) waitLocked(wl types.NamespacedName, w waiter) {
+	f.dropPromisesLocked(wl)
 	w.waitedFrom = f.now()
 	if prev, ok := f.waiting[wl]; ok {
 		w.waitedFrom = prev.waitedFrom
@@ -265,7 +332,7 @@ func (f *inflight) asleep(wl types.NamespacedName) bool {
 func (f *inflight) stopWaiting(wl types.NamespacedName) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.waiting, wl)
+	f.leaveLineLocked(wl)
 }
 
 // noteTarget records t as the watch shows it and returns the waiting
@@ -336,26 +403,28 @@ func (f *inflight) wakeForLocked(target string) []reconcile.Request {
 		return nil
 	}
 	type entry struct {
-		key types.NamespacedName
+		place
 		waiter
 	}
 	var line []entry
 	for key, w := range f.waiting {
 		if w.wants(t) {
-			line = append(line, entry{key, w})
+			line = append(line, entry{place{key: key, priority: w.priority, since: w.since}, w})
 		}
 	}
-	slices.SortFunc(line, func(a, b entry) int {
-		return cmp.Or(cmp.Compare(b.priority, a.priority), a.since.Compare(b.since),
-			cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
-	})
-	inFlight, _ := f.onTargetLocked(target, &t.Status, nodeLevelOf(t), f.now())
+	slices.SortFunc(line, func(a, b entry) int { return a.place.compare(b.place) })
+	now := f.now()
+	inFlight, _ := f.onTargetLocked(target, &t.Status, nodeLevelOf(t), now)
 	room, places := t.Status.FreeGPUs-inFlight, t.QueueDepth()-f.queuedLocked(target)
+	// The line is offered this target's room afresh: earlier offers on it
+	// are replaced by this one's.
+	delete(f.promised, target)
 	var out []reconcile.Request
 	for i, e := range line {
 		switch {
 		case e.gpus <= room:
 			room -= e.gpus
+			f.promiseLocked(target, promise{place: e.place, gpus: e.gpus, at: now})
 		case places > 0:
 			places--
 		case i > 0:
@@ -369,6 +438,15 @@ func (f *inflight) wakeForLocked(target string) []reconcile.Request {
 		}
 	}
 	return out
+}
+
+func (f *inflight) promiseLocked(target string, p promise) {
+	on := f.promised[target]
+	if on == nil {
+		on = map[types.NamespacedName]promise{}
+		f.promised[target] = on
+	}
+	on[p.key] = p
 }
 
 // counts is what the record holds, for the hub's gauges: per target the

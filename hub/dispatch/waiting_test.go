@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"testing"
@@ -12,8 +13,10 @@ import (
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/placement"
@@ -291,5 +294,59 @@ func TestWaitingPassesWaitForAWakeUp(t *testing.T) {
 	joinLine(r.flight, key, waitingFor(1, "h100"))
 	if !r.stillWaiting(waiting) {
 		t.Errorf("a Workload that failed again after its wake-up tries again without a new one")
+	}
+}
+
+// TestFreedRoomGoesToTheLine: room a wake-up offers the waiting is theirs
+// until they try again: a job admitted meanwhile, or one behind them in
+// line, waits instead of taking it first. A job ahead of them by priority
+// takes it; a waiter that fails again, or never tries (promiseTTL), gives
+// the offer back.
+func TestFreedRoomGoesToTheLine(t *testing.T) {
+	req := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 4}}}
+	early := types.NamespacedName{Namespace: "team-a", Name: "early"}
+	cases := map[string]struct {
+		priority  int32
+		created   time.Time
+		after     time.Duration // from the wake-up to the newcomer's decision
+		failAgain bool          // the woken waiter failed again before it
+		wantRoom  bool
+	}{
+		"a job admitted later waits behind the woken":  {created: t0.Add(time.Minute)},
+		"an older job of the same priority goes first": {created: t0.Add(-time.Minute), wantRoom: true},
+		"a job of higher priority goes first":          {priority: 10, created: t0.Add(time.Minute), wantRoom: true},
+		"a waiter that failed again gave it back":      {created: t0.Add(time.Minute), failAgain: true, wantRoom: true},
+		"an offer never taken lapses":                  {created: t0.Add(time.Minute), after: 2 * promiseTTL, wantRoom: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			target := tyt.MakeKubernetesTarget("gpu-a", "h100").AgentNamespace("agents").Available().FreeGPUs(4).Obj()
+			c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(target).Build()
+			clk := clocktesting.NewFakeClock(t0)
+			r := NewReconciler(c, c, nil, clk, Options{})
+			r.flight.now = clk.Now
+			joinLine(r.flight, early, waiter{gpus: 4, flavors: []string{"h100"}, since: t0})
+			if got := names(r.flight.noteTarget(target)); !cmp.Equal([]string{"early"}, got) {
+				t.Fatalf("woke %v, want the waiter", got)
+			}
+			if tc.failAgain {
+				joinLine(r.flight, early, waiter{gpus: 4, flavors: []string{"h100"}, since: t0})
+			}
+			clk.Step(tc.after)
+			newcomer := kueuetesting.MakeWorkload("newcomer", "team-a").UID("newcomer").Priority(tc.priority).Creation(tc.created).Obj()
+			_, err := r.chooseAndBook(context.Background(), newcomer, req, nil, dispatchName(newcomer, 1))
+			var noPlace placementError
+			switch {
+			case tc.wantRoom && err != nil:
+				t.Fatalf("the newcomer found no room: %v", err)
+			case !tc.wantRoom && !errors.As(err, &noPlace):
+				t.Fatalf("the newcomer: %v, want it to wait", err)
+			case tc.wantRoom:
+				return
+			}
+			if _, err := r.chooseAndBook(context.Background(), reserved().Name("early").Obj(), req, nil, "early-1"); err != nil {
+				t.Errorf("the woken waiter found no room: %v", err)
+			}
+		})
 	}
 }
