@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -69,8 +70,24 @@ func (g *GC) SetupWithManager(mgr ctrl.Manager) error {
 				return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 			}
 			return nil
-		})).
+		}), builder.WithPredicates(mayFreeACopy)).
 		Complete(g)
+}
+
+// mayFreeACopy passes the TrainJob events after which a pinned copy may
+// have no job left: a deletion, or an update that points the job
+// elsewhere. A new job only adds a reference, and the many updates of a
+// running job (Kueue's, the hub's) change none: at 10,000 jobs of one copy,
+// each would list all 10,000.
+var mayFreeACopy = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		oldJob, okOld := e.ObjectOld.(*trainer.TrainJob)
+		newJob, okNew := e.ObjectNew.(*trainer.TrainJob)
+		return !okOld || !okNew || refName(oldJob) != refName(newJob)
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return true },
 }
 
 func indexRuntimeRef(o client.Object) []string {
@@ -103,8 +120,10 @@ func (g *GC) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, erro
 	if !isPinned(&rt) || rt.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
+	// One job is enough to keep it; the jobs are only counted, not changed.
 	var jobs trainer.TrainJobList
-	if err := g.Client.List(ctx, &jobs, client.InNamespace(rt.Namespace), client.MatchingFields{runtimeRefIndex: rt.Name}); err != nil {
+	if err := g.Client.List(ctx, &jobs, client.InNamespace(rt.Namespace), client.MatchingFields{runtimeRefIndex: rt.Name},
+		client.Limit(1), client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	if len(jobs.Items) > 0 {

@@ -9,10 +9,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
@@ -98,6 +100,37 @@ func TestGC(t *testing.T) {
 			err = c.Get(context.Background(), client.ObjectKeyFromObject(tc.rt), &trainer.TrainingRuntime{})
 			if deleted := apierrors.IsNotFound(err); deleted != tc.wantDeleted {
 				t.Errorf("deleted = %v (get: %v), want %v", deleted, err, tc.wantDeleted)
+			}
+		})
+	}
+}
+
+// TestOnlyEventsThatMayFreeACopyWakeTheCollector: a job's deletion, or an
+// update that points it at another runtime, asks whether its copy is still
+// used; its creation and the many updates of a running job do not.
+func TestOnlyEventsThatMayFreeACopyWakeTheCollector(t *testing.T) {
+	job := func(runtime string) *trainer.TrainJob {
+		return tyt.MakeTrainJob("a", ns).RuntimeRef(trainer.TrainingRuntimeKind, runtime).Obj()
+	}
+	suspended := job("torch-0123456789ab")
+	suspended.Spec.Suspend = ptr.To(true)
+	cases := map[string]struct {
+		passes func() bool
+		want   bool
+	}{
+		"created": {passes: func() bool { return mayFreeACopy.Create(event.CreateEvent{Object: job("torch-0123456789ab")}) }},
+		"status or suspension changed": {passes: func() bool {
+			return mayFreeACopy.Update(event.UpdateEvent{ObjectOld: job("torch-0123456789ab"), ObjectNew: suspended})
+		}},
+		"pointed at another runtime": {want: true, passes: func() bool {
+			return mayFreeACopy.Update(event.UpdateEvent{ObjectOld: job("torch-0123456789ab"), ObjectNew: job("torch-fedcba987654")})
+		}},
+		"deleted": {want: true, passes: func() bool { return mayFreeACopy.Delete(event.DeleteEvent{Object: job("torch-0123456789ab")}) }},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.passes(); got != tc.want {
+				t.Errorf("wakes the collector: %v, want %v", got, tc.want)
 			}
 		})
 	}
