@@ -43,6 +43,10 @@ type inflight struct {
 	// may hold GPUs there: booked, or watched and not yet final.
 	byTarget map[string]map[string]flight
 	waiting  map[types.NamespacedName]waiter
+	// line is the waiting in line order, kept sorted as they join and
+	// leave: a wake-up reads it from the head and stops when the room is
+	// given away, instead of sorting ten thousand waiters each time.
+	line []place
 	// targets is each Target as the hub's watch last showed it: how much
 	// room a wake-up has to give away.
 	targets map[string]*v1alpha1.Target
@@ -73,8 +77,21 @@ type place struct {
 }
 
 func (a place) compare(b place) int {
-	return cmp.Or(cmp.Compare(b.priority, a.priority), a.since.Compare(b.since),
-		cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Name, b.key.Name))
+	if a.priority != b.priority {
+		return cmp.Compare(b.priority, a.priority)
+	}
+	if c := a.since.Compare(b.since); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.key.Namespace, b.key.Namespace); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.key.Name, b.key.Name)
+}
+
+// placeOf is w's place in line under key.
+func (w waiter) placeOf(key types.NamespacedName) place {
+	return place{key: key, priority: w.priority, since: w.since}
 }
 
 // waiter is a Workload that found no room, with what a wake-up reads: the
@@ -248,8 +265,24 @@ func (f *inflight) bookLocked(key, target string, wl types.UID, wlKey types.Name
 // leaveLineLocked forgets wl's wait and the room promised to it. The
 // caller holds mu.
 func (f *inflight) leaveLineLocked(wl types.NamespacedName) {
-	delete(f.waiting, wl)
+	if w, ok := f.waiting[wl]; ok {
+		f.unqueueLocked(w.placeOf(wl))
+		delete(f.waiting, wl)
+	}
 	f.dropPromisesLocked(wl)
+}
+
+// enqueueLocked and unqueueLocked keep line sorted. The caller holds mu.
+func (f *inflight) enqueueLocked(p place) {
+	if i, found := slices.BinarySearchFunc(f.line, p, place.compare); !found {
+		f.line = slices.Insert(f.line, i, p)
+	}
+}
+
+func (f *inflight) unqueueLocked(p place) {
+	if i, found := slices.BinarySearchFunc(f.line, p, place.compare); found {
+		f.line = slices.Delete(f.line, i, i+1)
+	}
 }
 
 func (f *inflight) dropPromisesLocked(wl types.NamespacedName) {
@@ -315,8 +348,10 @@ func (f *inflight) waitLocked(wl types.NamespacedName, w waiter) {
 		if !prev.since.IsZero() && prev.since.Before(w.since) {
 			w.since = prev.since
 		}
+		f.unqueueLocked(prev.placeOf(wl))
 	}
 	f.waiting[wl] = w
+	f.enqueueLocked(w.placeOf(wl))
 }
 
 // asleep reports whether wl waits for room and no wake-up has offered it
@@ -402,17 +437,6 @@ func (f *inflight) wakeForLocked(target string) []reconcile.Request {
 	if t == nil || len(f.waiting) == 0 {
 		return nil
 	}
-	type entry struct {
-		place
-		waiter
-	}
-	var line []entry
-	for key, w := range f.waiting {
-		if w.wants(t) {
-			line = append(line, entry{place{key: key, priority: w.priority, since: w.since}, w})
-		}
-	}
-	slices.SortFunc(line, func(a, b entry) int { return a.place.compare(b.place) })
 	now := f.now()
 	inFlight, _ := f.onTargetLocked(target, &t.Status, nodeLevelOf(t), now)
 	room, places := t.Status.FreeGPUs-inFlight, t.QueueDepth()-f.queuedLocked(target)
@@ -420,19 +444,23 @@ func (f *inflight) wakeForLocked(target string) []reconcile.Request {
 	// are replaced by this one's.
 	delete(f.promised, target)
 	var out []reconcile.Request
-	for i, e := range line {
-		switch {
-		case e.gpus <= room:
-			room -= e.gpus
-			f.promiseLocked(target, promise{place: e.place, gpus: e.gpus, at: now})
-		case places > 0:
-			places--
-		case i > 0:
+	for _, p := range f.line {
+		w := f.waiting[p.key]
+		if !w.wants(t) {
 			continue
 		}
-		e.woken = true
-		f.waiting[e.key] = e.waiter
-		out = append(out, reconcile.Request{NamespacedName: e.key})
+		switch {
+		case w.gpus <= room:
+			room -= w.gpus
+			f.promiseLocked(target, promise{place: p, gpus: w.gpus, at: now})
+		case places > 0:
+			places--
+		case len(out) > 0:
+			continue
+		}
+		w.woken = true
+		f.waiting[p.key] = w
+		out = append(out, reconcile.Request{NamespacedName: p.key})
 		if room <= 0 && places <= 0 {
 			break
 		}

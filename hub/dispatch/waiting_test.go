@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -348,5 +349,43 @@ func TestFreedRoomGoesToTheLine(t *testing.T) {
 				t.Errorf("the woken waiter found no room: %v", err)
 			}
 		})
+	}
+}
+
+// TestTheLineStaysInOrder: the line a wake-up reads holds every waiting
+// Workload once, in priority then arrival order, as they join, fail again
+// (keeping their first place), change priority, book and leave.
+func TestTheLineStaysInOrder(t *testing.T) {
+	f := newInflight()
+	key := func(i int) types.NamespacedName {
+		return types.NamespacedName{Namespace: "team-a", Name: fmt.Sprint("wl-", i)}
+	}
+	f.mu.Lock()
+	for i := range 50 {
+		f.waitLocked(key(i), waiter{gpus: 1, priority: int32(i % 3), since: t0.Add(time.Duration(50-i) * time.Second)})
+	}
+	for i := 0; i < 50; i += 7 {
+		f.waitLocked(key(i), waiter{gpus: 1, priority: int32(i % 3), since: t0.Add(time.Hour)}) // fails again
+	}
+	f.waitLocked(key(3), waiter{gpus: 1, priority: 9, since: t0}) // its priority rose
+	for i := 0; i < 50; i += 5 {
+		f.bookLocked(keyOf("agents", key(i).Name), "gpu-a", "uid", key(i), 1, nil, false, t0)
+	}
+	f.mu.Unlock()
+	f.stopWaiting(key(1))
+
+	var want []place
+	for k, w := range f.waiting {
+		want = append(want, w.placeOf(k))
+	}
+	slices.SortFunc(want, place.compare)
+	if diff := cmp.Diff(want, f.line, cmp.AllowUnexported(place{})); diff != "" {
+		t.Errorf("line (-want +got):\n%s", diff)
+	}
+	if len(f.line) != 50-10-1 {
+		t.Errorf("%d in line, want 39", len(f.line))
+	}
+	if f.line[0].key != key(3) {
+		t.Errorf("head of line %v, want the one whose priority rose", f.line[0].key)
 	}
 }
