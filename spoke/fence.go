@@ -3,6 +3,8 @@ package spoke
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -80,10 +82,17 @@ func (f *Fence) Sweep(ctx context.Context) (int, error) {
 	if limit <= 0 {
 		limit = DefaultFenceMaxDeletes
 	}
+	attempts, err := f.liveAttempts(ctx, works)
+	if err != nil {
+		return 0, err
+	}
 	deleted := 0
 	for _, w := range works {
 		if w.DispatchNamespace != f.Namespace {
 			continue // not ours to judge
+		}
+		if a, ok := attempts[w.DispatchName]; ok && a == strconv.Itoa(int(w.Attempt)) {
+			continue // live
 		}
 		var d v1alpha1.Dispatch
 		err := f.Hub.Get(ctx, client.ObjectKey{Namespace: w.DispatchNamespace, Name: w.DispatchName}, &d)
@@ -115,6 +124,36 @@ func (f *Fence) Sweep(ctx context.Context) (int, error) {
 		deleted++
 	}
 	return deleted, nil
+}
+
+// fenceListPage bounds one page of liveAttempts' list.
+const fenceListPage = 500
+
+// liveAttempts lists the agent namespace's Dispatches from the hub, live
+// and metadata only, and returns each one's attempt label by name: one
+// request a pass keeps the live work, where a GET per remote job cost a
+// thousand running jobs a thousand requests every pass. Work it does not
+// show live is read in full before it is deleted. No work of ours, no list.
+func (f *Fence) liveAttempts(ctx context.Context, works []backends.RemoteWork) (map[string]string, error) {
+	if !slices.ContainsFunc(works, func(w backends.RemoteWork) bool { return w.DispatchNamespace == f.Namespace }) {
+		return nil, nil
+	}
+	out := map[string]string{}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("DispatchList"))
+	opts := []client.ListOption{client.InNamespace(f.Namespace), client.Limit(fenceListPage)}
+	for {
+		if err := f.Hub.List(ctx, list, opts...); err != nil {
+			return nil, err
+		}
+		for _, m := range list.Items {
+			out[m.Name] = m.Labels[v1alpha1.LabelAttempt]
+		}
+		if list.Continue == "" {
+			return out, nil
+		}
+		opts = []client.ListOption{client.InNamespace(f.Namespace), client.Limit(fenceListPage), client.Continue(list.Continue)}
+	}
 }
 
 // knownHub reports whether the Target's hub identity is the trusted one;

@@ -231,3 +231,45 @@ func eventReasons(rec *record.FakeRecorder) []string {
 	}
 	return out
 }
+
+// TestFenceReadsInFullOnlyWhatItMayDelete: one live metadata list keeps the
+// work of every Dispatch at its attempt; only work it does not show so is
+// read in full, and that read decides.
+func TestFenceReadsInFullOnlyWhatItMayDelete(t *testing.T) {
+	labelled := func(name string, attempt int32, label string) client.Object {
+		d := tyt.MakeDispatch(name, agentNS, testTarget).Attempt(attempt).Obj()
+		d.Labels = map[string]string{v1alpha1.LabelAttempt: label}
+		return d
+	}
+	var gets, lists int
+	hub := fake.NewClientBuilder().WithScheme(HubScheme()).
+		WithObjects(labelled("a", 2, "2"), labelled("b", 1, "1"), labelled("relabelled", 3, "2"), hubTarget("hub-1")).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, o ...client.GetOption) error {
+				if _, ok := obj.(*v1alpha1.Dispatch); ok {
+					gets++
+				}
+				return c.Get(ctx, key, obj, o...)
+			},
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, o ...client.ListOption) error {
+				lists++
+				return c.List(ctx, list, o...)
+			},
+		}).Build()
+	be := newFakeBackend()
+	for _, w := range []backends.RemoteWork{work("r-a", agentNS, "a", 2), work("r-b", agentNS, "b", 1),
+		work("r-gone", agentNS, "gone", 1), work("r-relabelled", agentNS, "relabelled", 3)} {
+		be.putWork(w)
+	}
+	f := &Fence{Hub: hub, Namespace: agentNS, Target: testTarget, Lister: be}
+	n, err := f.Sweep(context.Background())
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1 deleted", n, err)
+	}
+	if diff := cmp.Diff([]string{"r-a", "r-b", "r-relabelled"}, be.remoteNames()); diff != "" {
+		t.Errorf("remote work left (-want +got):\n%s", diff)
+	}
+	if gets != 2 || lists != 1 {
+		t.Errorf("%d Dispatch GETs and %d lists, want 2 (the gone one, the relabelled one) and 1", gets, lists)
+	}
+}
