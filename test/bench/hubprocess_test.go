@@ -160,7 +160,10 @@ func (w window) rate() float64 { return float64(w.to-w.from) / w.end.Sub(w.start
 
 // windows cuts the samples at first (the jobs placed at once), then every
 // size decisions; the first window starts at t0.
-func (h *hubProcess) windows(t0 time.Time, first, size int) []window {
+// The second window starts no earlier than resumed: when the bench held
+// the decisions back after the first (jobs waiting for room until it
+// completes the first ones), that wait is not the hub's.
+func (h *hubProcess) windows(t0 time.Time, first, size int, resumed time.Time) []window {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.samples) == 0 {
@@ -175,8 +178,23 @@ func (h *hubProcess) windows(t0 time.Time, first, size int) []window {
 		cur.end, cur.after = s.at, s.cost
 		out = append(out, cur)
 		cur = window{from: cur.to, to: cur.to + size, start: s.at, before: s.cost}
+		if len(out) == 1 && resumed.After(s.at) {
+			cur.start, cur.before = resumed, h.costAtLocked(resumed)
+		}
 	}
 	return out
+}
+
+// costAtLocked is the hub's cost as the last sample at or before t read it.
+func (h *hubProcess) costAtLocked(t time.Time) hubCost {
+	c := h.samples[0].cost
+	for _, s := range h.samples {
+		if s.at.After(t) {
+			break
+		}
+		c = s.cost
+	}
+	return c
 }
 
 func mib(bytes float64) string { return fmt.Sprintf("%.0f MiB", bytes/(1<<20)) }

@@ -95,11 +95,12 @@ func scaleRound(b *testing.B, nodes, queued int, drain time.Duration) {
 
 	// Drain: complete what runs, so the waiting jobs follow and finished
 	// Dispatches pile up.
+	drainStart := time.Now()
 	done.enable()
 	hub.profile(ctx, b, filepath.Join(dir, "hub-draining.pprof"), time.Minute)
 	rec.waitDispatched(b, total, drain)
 	rec.stop()
-	windows := rec.windows(t0, slots, scaleWindow)
+	windows := rec.windows(t0, slots, scaleWindow, drainStart)
 	scaleRows(scaleReport{total: total, slots: slots, queued: queued, created: created, filled: filled,
 		quiet: quiet, windows: windows, peak: rec.peakRSS(), end: rec.last(), completed: done.count(),
 		took: time.Since(began)})

@@ -16,7 +16,7 @@ func TestScaleWindows(t *testing.T) {
 	for i := 0; i <= 40; i++ {
 		h.samples = append(h.samples, sample{at: t0.Add(time.Duration(i) * time.Second), dispatched: float64(10 * i), rss: float64(i) * (1 << 20)})
 	}
-	ws := h.windows(t0, 100, 150)
+	ws := h.windows(t0, 100, 150, time.Time{})
 	if len(ws) != 3 {
 		t.Fatalf("got %d windows, want 3 (0-100, 100-250, 250-400): %+v", len(ws), ws)
 	}
@@ -31,6 +31,24 @@ func TestScaleWindows(t *testing.T) {
 	}
 	if got := h.peakRSS(); got != 40*(1<<20) {
 		t.Errorf("peak RSS %.0f, want 40 MiB", got)
+	}
+
+	// Decisions held back after the first window: the second starts when
+	// they resume.
+	held := &hubProcess{}
+	for i := 0; i <= 40; i++ {
+		n := min(10*i, 100)
+		if i >= 20 {
+			n = 100 + 10*(i-20)
+		}
+		held.samples = append(held.samples, sample{at: t0.Add(time.Duration(i) * time.Second), dispatched: float64(n)})
+	}
+	hw := held.windows(t0, 100, 100, t0.Add(20*time.Second))
+	if len(hw) != 3 || !hw[1].start.Equal(t0.Add(20*time.Second)) {
+		t.Fatalf("held windows %+v, want the second to start when decisions resumed", hw)
+	}
+	if r := hw[1].rate(); r < 9.9 || r > 10.1 {
+		t.Errorf("rate after resuming %.2f, want 10", r)
 	}
 
 	table.mu.Lock()
@@ -51,7 +69,7 @@ func TestScaleWindows(t *testing.T) {
 	if got := table.rows[2][4]; got != "1.00" {
 		t.Errorf("end/start ratio %q, want 1.00", got)
 	}
-	if got := table.rows[4][len(header)-1]; !strings.HasPrefix(got, "2.00 dispatch reconciles per Target status write") {
+	if got := table.rows[4][len(header)-1]; !strings.HasPrefix(got, "at most 2.00 dispatch reconciles per Target status write") {
 		t.Errorf("fan-out note %q", got)
 	}
 }
