@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -406,6 +408,21 @@ type SlurmTarget struct {
 // DefaultSlurmQueueDepth is spec.slurm.queueDepth when unset; see the
 // operator guide (docs/operator-guide.md) for the measurement behind it.
 const DefaultSlurmQueueDepth int32 = 8
+
+// Serves reports whether t takes jobs admitted with these flavors: all of
+// them when there are any, and flavor-less jobs unless t denies them. It
+// is placement's rule; the hub's gauges count the waiting by it too.
+func (t *Target) Serves(flavors []string) bool {
+	if len(flavors) == 0 {
+		return t.Spec.FlavorlessJobs != FlavorlessJobsDeny
+	}
+	for _, f := range flavors {
+		if !slices.Contains(t.Spec.Flavors, f) {
+			return false
+		}
+	}
+	return true
+}
 
 // QueueDepth is t's spec.slurm.queueDepth, its default when unset, and 0
 // for a target that is not a Slurm cluster.

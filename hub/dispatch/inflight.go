@@ -114,7 +114,7 @@ type waiter struct {
 // ineligible at another spec is asked again.
 func (w waiter) wants(t *v1alpha1.Target) bool {
 	gen, judged := w.ineligible[t.Name]
-	return (!judged || gen != t.Generation) && placement.Serves(t, w.flavors)
+	return (!judged || gen != t.Generation) && t.Serves(w.flavors)
 }
 
 // flight is one Dispatch's claim on a target. A booked claim (not yet

@@ -149,7 +149,7 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 	largestNode, sizeUnknown := int64(0), false
 	for _, c := range candidates {
 		t := c.Target
-		if !Serves(t, req.Flavors) {
+		if !t.Serves(req.Flavors) {
 			if c.Ineligible == "" && len(req.Flavors) > 0 && servesAny(t, req.QueueFlavors) {
 				eligibleElsewhere = append(eligibleElsewhere, t.Name)
 			}
@@ -257,14 +257,6 @@ func names(targets []*v1alpha1.Target) []string {
 	return out
 }
 
-// Serves reports whether t takes jobs admitted with these flavors.
-func Serves(t *v1alpha1.Target, flavors []string) bool {
-	if len(flavors) == 0 {
-		return t.Spec.FlavorlessJobs != v1alpha1.FlavorlessJobsDeny
-	}
-	return servesFlavors(t, flavors)
-}
-
 func servesAny(t *v1alpha1.Target, flavors []string) bool {
 	for _, f := range flavors {
 		if slices.Contains(t.Spec.Flavors, f) {
@@ -272,15 +264,6 @@ func servesAny(t *v1alpha1.Target, flavors []string) bool {
 		}
 	}
 	return false
-}
-
-func servesFlavors(t *v1alpha1.Target, flavors []string) bool {
-	for _, want := range flavors {
-		if !slices.Contains(t.Spec.Flavors, want) {
-			return false
-		}
-	}
-	return len(flavors) > 0
 }
 
 func unavailable(t *v1alpha1.Target) string {

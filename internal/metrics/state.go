@@ -269,7 +269,7 @@ func collectQueue(targets []v1alpha1.Target, line []WaitingJob, now time.Time, c
 	for _, w := range line {
 		serving := []string{}
 		for _, t := range targets {
-			if serves(&t, w.Flavors) {
+			if t.Serves(w.Flavors) {
 				serving = append(serving, t.Name)
 			}
 		}
@@ -289,20 +289,6 @@ func collectQueue(targets []v1alpha1.Target, line []WaitingJob, now time.Time, c
 			gauge(ch, oldestWaitDesc, now.Sub(oldest[t]).Seconds(), t)
 		}
 	}
-}
-
-// serves is placement's rule: a Target takes jobs of these flavors when it
-// lists them all, and flavor-less jobs unless it denies them.
-func serves(t *v1alpha1.Target, flavors []string) bool {
-	if len(flavors) == 0 {
-		return t.Spec.FlavorlessJobs != v1alpha1.FlavorlessJobsDeny
-	}
-	for _, f := range flavors {
-		if !slices.Contains(t.Spec.Flavors, f) {
-			return false
-		}
-	}
-	return true
 }
 
 // agentPhases are the phases agent_dispatches always reports, zeros included.
