@@ -141,9 +141,8 @@ func (f *Fence) liveAttempts(ctx context.Context, works []backends.RemoteWork) (
 	out := map[string]string{}
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("DispatchList"))
-	opts := []client.ListOption{client.InNamespace(f.Namespace), client.Limit(fenceListPage)}
-	for {
-		if err := f.Hub.List(ctx, list, opts...); err != nil {
+	for page := ""; ; page = list.Continue {
+		if err := f.Hub.List(ctx, list, client.InNamespace(f.Namespace), client.Limit(fenceListPage), client.Continue(page)); err != nil {
 			return nil, err
 		}
 		for _, m := range list.Items {
@@ -152,7 +151,6 @@ func (f *Fence) liveAttempts(ctx context.Context, works []backends.RemoteWork) (
 		if list.Continue == "" {
 			return out, nil
 		}
-		opts = []client.ListOption{client.InNamespace(f.Namespace), client.Limit(fenceListPage), client.Continue(list.Continue)}
 	}
 }
 
