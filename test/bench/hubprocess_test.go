@@ -231,29 +231,36 @@ func costCells(before, after hubCost) []string {
 
 // profile saves a CPU profile of the next d of the hub's work to path, in
 // the background: the bench's artifacts keep where the hub's CPU went
-// (go tool pprof -top path).
-func (h *hubProcess) profile(ctx context.Context, b *testing.B, path string, d time.Duration) {
-	go func() {
-		url := fmt.Sprintf("%s/profile?seconds=%d", h.pprof, int(d.Seconds()))
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			b.Logf("hub profile: %v", err)
-			return
+// (go tool pprof -top path). wait returns once it is saved (or ctx ended)
+// and logs what went wrong, from the benchmark's goroutine.
+func (h *hubProcess) profile(ctx context.Context, b *testing.B, path string, d time.Duration) (wait func()) {
+	failed := make(chan error, 1)
+	go func() { failed <- h.saveProfile(ctx, path, d) }()
+	return func() {
+		if err := <-failed; err != nil {
+			b.Logf("hub profile %s: %v", path, err)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			b.Logf("hub profile: %v", err)
-			return
-		}
-		defer func() { _ = resp.Body.Close() }()
-		f, err := os.Create(path)
-		if err != nil {
-			b.Logf("hub profile: %v", err)
-			return
-		}
-		defer func() { _ = f.Close() }()
-		if _, err := io.Copy(f, resp.Body); err != nil {
-			b.Logf("hub profile: %v", err)
-		}
-	}()
+	}
+}
+
+func (h *hubProcess) saveProfile(ctx context.Context, path string, d time.Duration) error {
+	url := fmt.Sprintf("%s/profile?seconds=%d", h.pprof, int(d.Seconds()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

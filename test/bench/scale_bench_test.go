@@ -89,7 +89,7 @@ func scaleRound(b *testing.B, nodes, queued int, drain time.Duration) {
 	created := time.Since(t0)
 	rec.waitDispatched(b, slots, 15*time.Minute)
 	filled := rec.last()
-	hub.profile(ctx, b, filepath.Join(dir, "hub-filling.pprof"), time.Minute)
+	defer hub.profile(ctx, b, filepath.Join(dir, "hub-filling.pprof"), time.Minute)()
 	waitQuotaReserved(b, fleet.Hub, total)
 	quiet := fanOut(ctx, b, fleet.Hub, rec, time.Minute)
 
@@ -97,7 +97,7 @@ func scaleRound(b *testing.B, nodes, queued int, drain time.Duration) {
 	// Dispatches pile up.
 	drainStart := time.Now()
 	done.enable()
-	hub.profile(ctx, b, filepath.Join(dir, "hub-draining.pprof"), time.Minute)
+	defer hub.profile(ctx, b, filepath.Join(dir, "hub-draining.pprof"), time.Minute)()
 	rec.waitDispatched(b, total, drain)
 	rec.stop()
 	windows := rec.windows(t0, slots, scaleWindow, drainStart)
