@@ -72,7 +72,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := relay.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&tenantview.Summarizer{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&tenantview.Summarizer{Client: mgr.GetClient(), Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	d := dispatch.NewReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorderFor("trainyard-dispatcher"), opts.Clock,

@@ -37,6 +37,9 @@ const summaryDelay = 2 * time.Second
 // SetupWithManager registers the summarizer; it wakes on Dispatches, whose
 // informer the dispatcher keeps anyway.
 func (s *Summarizer) SetupWithManager(mgr ctrl.Manager) error {
+	if s.Clock == nil {
+		s.Clock = clock.RealClock{}
+	}
 	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-placement-summary").For(&v1alpha1.Dispatch{}).Complete(s)
 }
 
@@ -57,7 +60,7 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if owner == nil || owner.Kind != trainer.TrainJobKind {
 		return ctrl.Result{}, nil
 	}
-	if age := s.clock().Since(d.CreationTimestamp.Time); age < summaryDelay && !d.Status.Phase.IsFinal() {
+	if age := s.Clock.Since(d.CreationTimestamp.Time); age < summaryDelay && !d.Status.Phase.IsFinal() {
 		return ctrl.Result{RequeueAfter: summaryDelay - age}, nil
 	}
 	raw, err := json.Marshal(Summarize(&d))
@@ -79,13 +82,6 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, client.IgnoreNotFound(s.Client.Patch(ctx, &tj, client.RawPatch("application/merge-patch+json", patch)))
-}
-
-func (s *Summarizer) clock() clock.PassiveClock {
-	if s.Clock == nil {
-		return clock.RealClock{}
-	}
-	return s.Clock
 }
 
 // Summarize is the tenant's view of d: no runtime snapshot, command, env

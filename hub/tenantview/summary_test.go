@@ -31,7 +31,7 @@ func TestSummaryOnTheTrainJob(t *testing.T) {
 		Domains: []v1alpha1.TopologyDomainAssignment{{Values: []string{"r1", "n1"}, Count: 2}, {Values: []string{"r1", "n2"}, Count: 1}},
 	}}}
 	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(objs...).Build()
-	s := &Summarizer{Client: c}
+	s := &Summarizer{Client: c, Clock: clocktesting.NewFakePassiveClock(t0)}
 	for _, name := range []string{"llama-1", "llama-2"} {
 		if _, err := s.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "agents-1", Name: name}}); err != nil {
 			t.Fatal(err)
