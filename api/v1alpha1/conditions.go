@@ -60,6 +60,16 @@ const (
 	// ReasonAgentFenced: the agent could not renew its lease and stopped
 	// the remote work itself. The hub requeues the job.
 	ReasonAgentFenced = "AgentFenced"
+	// ReasonSubmitFailing: the agent's creates of the remote work keep
+	// failing with errors other than a refusal (a spoke webhook answering
+	// Forbidden, missing RBAC, slurmrestd answering 500). While it retries,
+	// the Dispatch's Accepted condition is False with this reason, dated at
+	// the first failure. Past spoke.MaxSubmitFailures tries in a row over
+	// at least spoke.SubmitFailingFor, the agent rejects the Dispatch with
+	// this reason and the last error, and the hub takes it as the target's
+	// refusal: it places the job elsewhere, or rejects it when no target is
+	// left, releasing its quota.
+	ReasonSubmitFailing = "SubmitFailing"
 
 	// ReasonDispatchRejected is the reason of the Failed condition the hub
 	// sets on a TrainJob trainyard will never run: no target could run it,

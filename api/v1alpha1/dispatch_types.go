@@ -230,6 +230,14 @@ type RemoteRef struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
 	ID string `json:"id,omitempty"`
+	// userID is the Unix user id a Slurm job runs as, recorded by the agent
+	// while slurmctld knows the job. The agent reads the job's output only
+	// from files this user owns, also once slurmctld has forgotten the job
+	// (accounting records the user's name, not the id).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4294967294
+	UserID *int64 `json:"userID,omitempty"`
 }
 
 // ReplicaStatus counts the pods (or Slurm tasks) of one pod set.
@@ -294,6 +302,15 @@ type DispatchStatus struct {
 	// completionTime is when the remote work reached a final phase.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// submitFailures counts the agent's failed tries in a row to create the
+	// remote work (errors other than the backend's refusal); the Accepted
+	// condition, False with reason SubmitFailing, dates the first. Past a
+	// bound of both the agent rejects the Dispatch (reason SubmitFailing).
+	// A created remote resets it.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SubmitFailures int32 `json:"submitFailures,omitempty"`
 
 	// conditions: Accepted (the remote exists), Running, Finished.
 	// +optional

@@ -74,6 +74,57 @@ const (
 	FlavorlessJobsDeny  FlavorlessJobsPolicy = "Deny"
 )
 
+// TargetImages lists the images a target runs, as patterns: an image
+// reference as a job writes it (pytorch/pytorch:2.7.1, nvcr.io/nvidia/
+// pytorch@sha256:...), in which * stands for any run of characters
+// (nvcr.io/nvidia/*, pytorch/pytorch:2.*). A Docker Hub image matches a
+// pattern written as the job writes it or fully qualified:
+// docker.io/pytorch/pytorch:* matches both pytorch/pytorch:2.7.1 and
+// docker.io/pytorch/pytorch:2.7.1. At most one of the lists applies, as
+// the target runs containers or not.
+type TargetImages struct {
+	// allowed limits a target that runs containers (a Kubernetes spoke, a
+	// Slurm cluster with a containerRuntime) to these images, for every
+	// container of a job: a site that pulls only from its own registry
+	// says so here, and jobs naming other images go elsewhere instead of
+	// failing to pull. Empty: any image.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9._:/@+=*-]+$`
+	Allowed []string `json:"allowed,omitempty"`
+
+	// hostEnvironment are the images a Slurm cluster's own host
+	// environment stands for, on a cluster that runs commands on the nodes
+	// (containerRuntime None): for example the site's module environment
+	// that provides what pytorch/pytorch:2.* holds. A job naming one of
+	// them runs on the host without the image; a job naming any other is
+	// not placed here, since its command would run without what its image
+	// holds. Empty: only jobs that name no image run here. * stands for
+	// every image, which runs any job on the host whatever it names.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=512
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9._:/@+=*-]+$`
+	HostEnvironment []string `json:"hostEnvironment,omitempty"`
+}
+
+// RunsContainers reports whether s runs each job in its images: a
+// Kubernetes spoke always, a Slurm cluster when it has a container runtime.
+func (s *TargetSpec) RunsContainers() bool {
+	switch s.Type {
+	case TargetTypeKubernetes:
+		return true
+	case TargetTypeSlurm:
+		return s.Slurm != nil && s.Slurm.ContainerRuntime != "" && s.Slurm.ContainerRuntime != ContainerRuntimeNone
+	}
+	return false
+}
+
 // LeaseLossPolicy says what the hub does with a target's running jobs once
 // its agent's lease has not been renewed for lease duration plus grace.
 // +kubebuilder:validation:Enum=Requeue;Hold
@@ -93,6 +144,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.type != 'Kubernetes' || (has(self.kubernetes) && !has(self.slurm))",message="a Kubernetes target sets spec.kubernetes and not spec.slurm"
 // +kubebuilder:validation:XValidation:rule="self.type != 'Slurm' || (has(self.slurm) && !has(self.kubernetes))",message="a Slurm target sets spec.slurm and not spec.kubernetes"
 // +kubebuilder:validation:XValidation:rule="!has(self.slurm) || self.slurm.partitions.all(p, p.flavor in self.flavors)",message="every spec.slurm.partitions[].flavor must be listed in spec.flavors"
+// +kubebuilder:validation:XValidation:rule="!has(self.images) || !has(self.images.allowed) || self.type == 'Kubernetes' || (has(self.slurm) && has(self.slurm.containerRuntime) && self.slurm.containerRuntime != 'None')",message="spec.images.allowed limits targets that run containers; a Slurm target with containerRuntime None runs no image: list the images its host stands for in spec.images.hostEnvironment"
+// +kubebuilder:validation:XValidation:rule="!has(self.images) || !has(self.images.hostEnvironment) || (self.type == 'Slurm' && has(self.slurm) && (!has(self.slurm.containerRuntime) || self.slurm.containerRuntime == 'None'))",message="spec.images.hostEnvironment is for Slurm targets that run commands on the host (containerRuntime None); where jobs run in their images, limit them with spec.images.allowed"
 type TargetSpec struct {
 	// type is the kind of execution system. It cannot change: a different
 	// system is a different Target.
@@ -146,11 +199,26 @@ type TargetSpec struct {
 	// flavorlessJobs says whether jobs Kueue admitted with no flavor (their
 	// resources are not covered by any ResourceFlavor of the ClusterQueue,
 	// typically CPU-only jobs) may run here. Allow (the default) places them
-	// on any eligible target with room for their CPU and memory; Deny keeps
-	// this target for jobs admitted with one of its flavors.
+	// on any eligible target with room for their CPU and memory that serves
+	// one of the flavors of the ClusterQueue that admitted them (any, when
+	// that queue has no flavors at all), so a queue's jobs stay on the
+	// targets its quota is for; Deny keeps this target for jobs admitted
+	// with one of its flavors.
 	// +optional
 	// +kubebuilder:default=Allow
 	FlavorlessJobs FlavorlessJobsPolicy `json:"flavorlessJobs,omitempty"`
+
+	// images says which container images jobs may name here: the trainer's
+	// (spec.trainer.image, else the runtime's trainer container) and, where
+	// they run, the initializers' and every other container's. A job naming
+	// an image this target cannot run is not placed here, and when no
+	// target can run it the placement message names the image and the
+	// target: a job is never started without the image it asked for.
+	// Unset: a target that runs containers (a Kubernetes spoke, a Slurm
+	// cluster with a containerRuntime) runs any image; a Slurm cluster that
+	// runs commands on the host runs only jobs that name no image.
+	// +optional
+	Images *TargetImages `json:"images,omitempty"`
 
 	// kubernetes configures a Kubernetes spoke. Required when type is Kubernetes.
 	// +optional
@@ -285,6 +353,80 @@ type AllowedPodFields struct {
 	// +kubebuilder:validation:items:MaxLength=253
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	ServiceAccountNames []string `json:"serviceAccountNames,omitempty"`
+
+	// maxTerminationGracePeriodSeconds is the longest termination grace a
+	// tenant's pods may ask for (terminationGracePeriodSeconds) through
+	// runtimes or runtime patches; a pod asking for more is refused, and
+	// the job is not placed on this target. The agent waits this long for
+	// pods to end after a stop, and the hub waits this long more before it
+	// requeues the jobs of a target whose agent went silent, so a longer
+	// grace delays every such requeue. Default 30, Kubernetes' own default
+	// grace; a pod that sets none gets the lesser of 30 and this cap.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	MaxTerminationGracePeriodSeconds *int64 `json:"maxTerminationGracePeriodSeconds,omitempty"`
+
+	// tolerationKeys are the taint keys tenants' pods may tolerate (for
+	// example the key of a taint that keeps other work off the target's
+	// GPU nodes). A toleration of any other key is refused, and so is one
+	// without a key, which tolerates every taint. Default: none, so no
+	// tenant pod lands on a node tainted against it: the control plane's
+	// (node-role.kubernetes.io/control-plane), or nodes an administrator
+	// reserved with a taint. The node lifecycle taints (node.kubernetes.io/,
+	// such as unreachable or unschedulable) cannot be listed: tolerating
+	// them keeps pods on cordoned or dead nodes.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=317
+	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('node.kubernetes.io/'))",message="tolerationKeys cannot list node.kubernetes.io/ taints: Kubernetes sets them on nodes that are NotReady, unreachable, cordoned or under pressure"
+	TolerationKeys []string `json:"tolerationKeys,omitempty"`
+
+	// nodeSelectorKeys are the node label keys tenants' pods may select
+	// nodes by, in nodeSelector and in node affinity (for example a site's
+	// GPU model label). Any other key is refused: a selector no node
+	// matches keeps pods Pending while the job's quota stays held on the
+	// hub. Default: none. The topology levels trainyard pins jobs to are
+	// not the tenant's and need no listing.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=317
+	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	NodeSelectorKeys []string `json:"nodeSelectorKeys,omitempty"`
+
+	// affinity allows pods' affinity: pod affinity and anti-affinity, and
+	// node affinity on nodeSelectorKeys only (matchFields, which names
+	// nodes, is refused). Default false: pods that set affinity are refused.
+	// +optional
+	Affinity bool `json:"affinity,omitempty"`
+
+	// schedulingGates are the scheduling gates tenants' pods may carry, by
+	// name: only gates a controller on the spoke removes, since a pod keeps
+	// its gates Pending forever otherwise while the job's quota stays held
+	// on the hub. Default: none.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=317
+	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	SchedulingGates []string `json:"schedulingGates,omitempty"`
+}
+
+// DefaultMaxTerminationGracePeriodSeconds is
+// allowedPodFields.maxTerminationGracePeriodSeconds when unset: the grace
+// Kubernetes gives a pod that sets none.
+const DefaultMaxTerminationGracePeriodSeconds int64 = 30
+
+// MaxTerminationGrace is a's cap on pods' terminationGracePeriodSeconds,
+// its default when a is nil or leaves it unset.
+func (a *AllowedPodFields) MaxTerminationGrace() int64 {
+	if a == nil || a.MaxTerminationGracePeriodSeconds == nil {
+		return DefaultMaxTerminationGracePeriodSeconds
+	}
+	return *a.MaxTerminationGracePeriodSeconds
 }
 
 // SlurmTarget configures a Slurm cluster reached through slurmrestd.
@@ -368,11 +510,13 @@ type SlurmTarget struct {
 	// workDir is the directory each job runs in and writes its output to,
 	// on the cluster's shared filesystem: an absolute path in which %u
 	// stands for the job's mapped Unix user, for example
-	// /scratch/%u/trainyard. The administrator creates it for every mapped
-	// user, owned by that user; each job makes it private (mode 0700), its
-	// output files 0600, and keeps its private files (the MPI hostfile) in
-	// a 0700 directory inside it. Empty: the node-local /tmp, where output
-	// is still 0600 but lives only on the batch host.
+	// /scratch/%u/trainyard. It is always the user's own: without %u the
+	// user's name is appended, and empty means /home/%u/.trainyard, never
+	// a shared name in /tmp. When the agent does not see it, a job it
+	// submits as the user makes it (mode 0700) before the first job starts;
+	// the administrator may create it instead, owned by the user. Each job
+	// makes it private (mode 0700), its output files 0600, and keeps its
+	// private files (the MPI hostfile) in a 0700 directory inside it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="workDir must be an absolute path"
@@ -383,38 +527,89 @@ type SlurmTarget struct {
 	// outputRetentionDays is how long a job's output files and private
 	// directory are kept in the work directory: every job of a user on
 	// this target first removes that user's trainyard output older than
-	// this many days. 0 keeps output until someone removes it.
+	// this many days. `trainyard logs` reads a job's output for as long
+	// after the job ended, also once slurmctld has forgotten the job, and
+	// then answers that the logs were kept for this many days. 0 keeps
+	// output until someone removes it.
 	// +optional
 	// +kubebuilder:default=7
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=3650
 	OutputRetentionDays *int32 `json:"outputRetentionDays,omitempty"`
 
-	// queueDepth is how many jobs the hub may send to this cluster beyond
-	// what its nodes have free, to wait in Slurm's own queue: slurmctld
-	// then starts the next job the moment one ends, and its backfill
-	// scheduler has jobs to choose from, instead of waiting for the agent's
-	// next heartbeat and the hub's next decision. Jobs beyond it wait on
-	// the hub, where Kueue's order and every other target still apply.
-	// Jobs bound to one topology domain (a required level) never wait in
-	// Slurm's queue. 0 sends only jobs that fit now.
+	// queueDepth is how many jobs the hub keeps, at least, in this
+	// cluster's own queue beyond what its nodes have free: slurmctld then
+	// starts the next job the moment one ends, and its backfill scheduler
+	// has jobs to choose from, instead of waiting for the agent's next
+	// poll and the hub's next decision. While more jobs start there within
+	// twice the time the hub takes to refill the queue (as it measures
+	// it), the hub keeps that many instead, up to the cluster's GPUs.
+	// Jobs beyond it wait on the hub, where Kueue's order and every other
+	// target still apply. Jobs bound to one topology domain (a required
+	// level) never wait in Slurm's queue. 0 sends only jobs that fit now.
 	// +optional
 	// +kubebuilder:default=8
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=10000
 	QueueDepth *int32 `json:"queueDepth,omitempty"`
+
+	// killWaitSeconds is Slurm's KillWait on this cluster: the seconds
+	// between the SIGTERM and the SIGKILL of a cancelled job. The hub waits
+	// this long more before it requeues the jobs of a target whose agent
+	// went silent, so a requeued copy never runs beside the old one's last
+	// moments. Default 30, Slurm's default; set it to the cluster's value
+	// (scontrol show config | grep KillWait).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	KillWaitSeconds *int32 `json:"killWaitSeconds,omitempty"`
 }
 
 // DefaultSlurmQueueDepth is spec.slurm.queueDepth when unset; see the
 // operator guide (docs/operator-guide.md) for the measurement behind it.
 const DefaultSlurmQueueDepth int32 = 8
 
-// Serves reports whether t takes jobs admitted with these flavors: all of
-// them when there are any, and flavor-less jobs unless t denies them. It
-// is placement's rule; the hub's gauges count the waiting by it too.
-func (t *Target) Serves(flavors []string) bool {
+// DefaultSlurmOutputRetentionDays is spec.slurm.outputRetentionDays when
+// unset (the API server defaults it too).
+const DefaultSlurmOutputRetentionDays int32 = 7
+
+// RetentionDays is s's outputRetentionDays, its default when s is nil or
+// leaves it unset; 0 keeps output for ever.
+func (s *SlurmTarget) RetentionDays() int32 {
+	if s == nil || s.OutputRetentionDays == nil {
+		return DefaultSlurmOutputRetentionDays
+	}
+	return *s.OutputRetentionDays
+}
+
+// DefaultSlurmKillWaitSeconds is spec.slurm.killWaitSeconds when unset:
+// Slurm's own default KillWait.
+const DefaultSlurmKillWaitSeconds int32 = 30
+
+// KillWait is s's killWaitSeconds, its default when s is nil or leaves it
+// unset.
+func (s *SlurmTarget) KillWait() int32 {
+	if s == nil || s.KillWaitSeconds == nil {
+		return DefaultSlurmKillWaitSeconds
+	}
+	return *s.KillWaitSeconds
+}
+
+// Serves reports whether t takes jobs admitted with these flavors from a
+// ClusterQueue whose flavors are queueFlavors: all of the admitted flavors
+// when there are any. A flavor-less job (its resources are covered by no
+// flavor of its queue) stays within its queue: t takes it unless t denies
+// flavor-less jobs, and only when t serves one of queueFlavors or the
+// queue has none. It is placement's rule; the hub's gauges count the
+// waiting by it too.
+func (t *Target) Serves(flavors, queueFlavors []string) bool {
 	if len(flavors) == 0 {
-		return t.Spec.FlavorlessJobs != FlavorlessJobsDeny
+		if t.Spec.FlavorlessJobs == FlavorlessJobsDeny {
+			return false
+		}
+		return len(queueFlavors) == 0 || slices.ContainsFunc(queueFlavors, func(f string) bool {
+			return slices.Contains(t.Spec.Flavors, f)
+		})
 	}
 	for _, f := range flavors {
 		if !slices.Contains(t.Spec.Flavors, f) {
