@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +27,9 @@ type Backend interface {
 	// Observe reports the remote work's state; ErrNotFound when none exists.
 	Observe(ctx context.Context, d *v1alpha1.Dispatch) (*Status, error)
 	// Cancel stops and deletes the remote work of d. It returns gone=true
-	// once nothing of it is left, so the caller can release the Dispatch.
+	// only once every process of it has ended (pods deleted and
+	// terminated, the Slurm job in a final state), so the caller can
+	// release the Dispatch and the hub may start another copy.
 	Cancel(ctx context.Context, d *v1alpha1.Dispatch) (gone bool, err error)
 	// Capacity reports what the system has and what is free, per topology domain.
 	Capacity(ctx context.Context) (*Capacity, error)
@@ -47,7 +50,25 @@ type RemoteWork struct {
 	DispatchNamespace string
 	DispatchName      string
 	Attempt           int32
+	// Finished: the work has ended (succeeded or failed) and none of its
+	// processes runs. A lease fence never stops finished work.
+	Finished bool
 }
+
+// StopBound is implemented by backends that know how long the processes of
+// their work may live on after a Cancel or Delete (pods' termination grace,
+// Slurm's KillWait). The agent advertises it on its Lease, and the hub
+// waits that much longer before it requeues the jobs of a target whose
+// agent went silent, so the requeued copy never overlaps the old one.
+type StopBound interface {
+	StopWithin() time.Duration
+}
+
+// StopMargin is what a StopBound adds to the processes' own time to stop
+// (pods' termination grace, Slurm's KillWait): the time for the stop to
+// reach them, a delete passing the API server and the garbage collector,
+// or a cancel passing slurmctld to the nodes.
+const StopMargin = 15 * time.Second
 
 // Status is the state of remote work as the backend sees it.
 type Status struct {
@@ -58,6 +79,9 @@ type Status struct {
 	ExitCode       *int32
 	StartTime      *metav1.Time
 	CompletionTime *metav1.Time
+	// UserID is the Unix user the work runs as, where the backend has one
+	// (a Slurm job); the agent records it in status.remote.userID.
+	UserID *int64
 }
 
 // Capacity is a system's resources and topology.

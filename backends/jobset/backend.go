@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,6 +75,7 @@ type Backend struct {
 var (
 	_ backends.Backend      = (*Backend)(nil)
 	_ backends.RemoteLister = (*Backend)(nil)
+	_ backends.StopBound    = (*Backend)(nil)
 )
 
 // New returns a Backend acting through c, which may read from a cache (the
@@ -264,7 +266,22 @@ func (b *Backend) deleteForeground(ctx context.Context, js *jobsetv1alpha2.JobSe
 
 // ListRemote lists the JobSets trainyard made in the backend's tenant namespaces.
 func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error) {
-	return kubework.ListRemote(ctx, b.c, &jobsetv1alpha2.JobSetList{}, b.opts.Namespace, Kind)
+	return kubework.ListRemote(ctx, b.c, &jobsetv1alpha2.JobSetList{}, b.opts.Namespace, Kind, hasEnded)
+}
+
+// hasEnded: the JobSet is Completed or Failed. The JobSet controller then
+// deletes the Jobs still active (a success policy of Any, a failure), whose
+// pods end within their grace, which StopWithin bounds.
+func hasEnded(o client.Object) bool {
+	js, ok := o.(*jobsetv1alpha2.JobSet)
+	return ok && finishedCondition(js) != nil
+}
+
+// StopWithin bounds how long the pods of a JobSet live on after Cancel or
+// Delete: the grace cap of the Target's current pod policy and
+// backends.StopMargin (see kubework.PodPolicy.StopWithin).
+func (b *Backend) StopWithin() time.Duration {
+	return b.policy.Load().StopWithin()
 }
 
 // Delete deletes one JobSet found by ListRemote, in the foreground.

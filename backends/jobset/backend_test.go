@@ -23,6 +23,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	"github.com/trainyard-dev/trainyard/backends/backendtest"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
@@ -226,22 +227,12 @@ func TestCancelReportsGoneOnlyWhenPodsAreGone(t *testing.T) {
 	if err := c.Create(ctx, leftover); err != nil {
 		t.Fatal(err)
 	}
-	steps := []struct {
-		do   func()
-		want bool
-	}{
-		{do: func() {}, want: false},                             // deletes the JobSet
-		{do: func() {}, want: false},                             // JobSet gone, a pod is left
-		{do: func() { _ = c.Delete(ctx, leftover) }, want: true}, // nothing left
-		{do: func() {}, want: true},                              // and it stays so
-	}
-	for i, s := range steps {
-		s.do()
-		gone, err := b.Cancel(ctx, d)
-		if err != nil || gone != s.want {
-			t.Errorf("Cancel #%d = %v, %v; want %v", i+1, gone, err, s.want)
-		}
-	}
+	backendtest.CheckCancel(t, b, d, []backendtest.CancelStep{
+		{Gone: false}, // deletes the JobSet
+		{Gone: false}, // JobSet gone, a pod is left
+		{Do: func() { _ = c.Delete(ctx, leftover) }, Gone: true}, // nothing left
+		{Gone: true}, // and it stays so
+	})
 	if _, err := b.Observe(ctx, d); !errors.Is(err, backends.ErrNotFound) {
 		t.Errorf("Observe after Cancel = %v, want ErrNotFound", err)
 	}
@@ -285,6 +276,48 @@ func TestListRemoteAndDelete(t *testing.T) {
 	wantLeft := []string{"other-ns/" + mine.Name, testNS + "/by-hand", testNS + "/" + mine.Name}
 	if diff := cmp.Diff(wantLeft, jobSetNames(t, c)); diff != "" {
 		t.Errorf("jobsets left (-want +got):\n%s", diff)
+	}
+}
+
+// TestListRemoteFinished: a JobSet is finished work, which a lease fence
+// keeps, once its Completed or Failed condition is True; and not before,
+// even while it is being deleted or suspended.
+func TestListRemoteFinished(t *testing.T) {
+	cond := func(typ jobsetv1alpha2.JobSetConditionType, status metav1.ConditionStatus) metav1.Condition {
+		return metav1.Condition{Type: string(typ), Status: status, Reason: "Test", LastTransitionTime: metav1.Now()}
+	}
+	cases := map[string]struct {
+		conditions []metav1.Condition
+		deleting   bool
+		want       bool
+	}{
+		"new":                     {},
+		"completed":               {conditions: []metav1.Condition{cond(jobsetv1alpha2.JobSetCompleted, metav1.ConditionTrue)}, want: true},
+		"failed":                  {conditions: []metav1.Condition{cond(jobsetv1alpha2.JobSetFailed, metav1.ConditionTrue)}, want: true},
+		"failed, being deleted":   {conditions: []metav1.Condition{cond(jobsetv1alpha2.JobSetFailed, metav1.ConditionTrue)}, deleting: true, want: true},
+		"completed False":         {conditions: []metav1.Condition{cond(jobsetv1alpha2.JobSetCompleted, metav1.ConditionFalse)}},
+		"suspended":               {conditions: []metav1.Condition{cond(jobsetv1alpha2.JobSetSuspended, metav1.ConditionTrue)}},
+		"running, being deleted":  {deleting: true},
+		"startup policy complete": {conditions: []metav1.Condition{cond(jobsetv1alpha2.JobSetStartupPolicyCompleted, metav1.ConditionTrue)}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			js, err := Render(testDispatch("d1"), RenderOptions{Namespace: testNS})
+			if err != nil {
+				t.Fatal(err)
+			}
+			js.Status.Conditions = tc.conditions
+			if tc.deleting {
+				js.DeletionTimestamp, js.Finalizers = &metav1.Time{Time: metav1.Now().Time}, []string{"foregroundDeletion"}
+			}
+			got, err := New(newFakeClient(js), Options{Namespace: testPrefix}).ListRemote(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0].Finished != tc.want {
+				t.Errorf("ListRemote = %+v, want one piece of work with Finished %v", got, tc.want)
+			}
+		})
 	}
 }
 

@@ -24,9 +24,12 @@ const (
 // trackedResources are the resources Capacity reports.
 var trackedResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, GPUResource}
 
-// Capacity sums what Ready, schedulable nodes can allocate and what the
-// non-terminal pods bound to them request, and groups the nodes' free GPUs
-// by topology domain.
+// Capacity sums what the nodes can allocate and what the non-terminal pods
+// bound to them request, and groups the nodes' free GPUs by topology
+// domain. A cordoned or NotReady node is there but takes no work now: it
+// counts in the totals, the largest node and the topology (what could ever
+// fit) with nothing free (what fits now), as Slurm's drained and down nodes
+// do, so a node out for maintenance makes jobs wait, never refused.
 func (b *Backend) Capacity(ctx context.Context) (*backends.Capacity, error) {
 	var nodes corev1.NodeList
 	if err := b.c.List(ctx, &nodes); err != nil {
@@ -39,7 +42,8 @@ func (b *Backend) Capacity(ctx context.Context) (*backends.Capacity, error) {
 	return capacityOf(nodes.Items, pods.Items, b.opts.TopologyLevels), nil
 }
 
-// nodeUse is one usable node's allocatable and free resources.
+// nodeUse is one node's allocatable and free resources (none free on a node
+// that takes no work now).
 type nodeUse struct {
 	node  *corev1.Node
 	alloc corev1.ResourceList
@@ -49,29 +53,34 @@ type nodeUse struct {
 // capacityOf is Capacity without the client, for tests.
 func capacityOf(nodes []corev1.Node, pods []corev1.Pod, levels []string) *backends.Capacity {
 	used := requestsByNode(pods)
-	var usable []nodeUse
+	var reported []nodeUse
 	for i := range nodes {
 		n := &nodes[i]
-		if !usableNode(n) {
-			continue
+		if n.DeletionTimestamp != nil {
+			continue // going away for good
 		}
 		alloc := tracked(n.Status.Allocatable)
-		usable = append(usable, nodeUse{node: n, alloc: alloc, free: subtract(alloc, used[n.Name])})
+		free := subtract(alloc, used[n.Name])
+		if !schedulableNow(n) {
+			free = subtract(alloc, alloc)
+		}
+		reported = append(reported, nodeUse{node: n, alloc: alloc, free: free})
 	}
-	slices.SortFunc(usable, func(a, b nodeUse) int { return strings.Compare(a.node.Name, b.node.Name) })
+	slices.SortFunc(reported, func(a, b nodeUse) int { return strings.Compare(a.node.Name, b.node.Name) })
 	total, free := corev1.ResourceList{}, corev1.ResourceList{}
 	var maxGPUs int64
-	for _, u := range usable {
+	for _, u := range reported {
 		add(total, u.alloc)
 		add(free, u.free)
 		gpus := u.alloc[GPUResource]
 		maxGPUs = max(maxGPUs, gpus.Value())
 	}
-	return &backends.Capacity{Capacity: total, Free: free, MaxGPUsPerNode: maxGPUs, Topology: topology(usable, levels)}
+	return &backends.Capacity{Capacity: total, Free: free, MaxGPUsPerNode: maxGPUs, Topology: topology(reported, levels)}
 }
 
-func usableNode(n *corev1.Node) bool {
-	if n.Spec.Unschedulable || n.DeletionTimestamp != nil {
+// schedulableNow: the node takes new pods now (not cordoned, Ready).
+func schedulableNow(n *corev1.Node) bool {
+	if n.Spec.Unschedulable {
 		return false
 	}
 	for _, c := range n.Status.Conditions {

@@ -97,18 +97,27 @@ func TestCapacityOf(t *testing.T) {
 					{Values: []string{"r2"}, Nodes: []string{"n3"}, FreeGPUsPerNode: []int32{3}}}},
 			},
 		},
-		"unusable nodes left out; unlabelled node only in totals": {
+		"cordoned and NotReady nodes there with nothing free; unlabelled node only in totals": {
 			nodes: []corev1.Node{
 				node("ok", 4, label("block", "b1"), inRack("r1")),
 				node("no-rack", 2, label("block", "b1")),
 				node("down", 4, notReady, label("block", "b1"), inRack("r1")),
 				node("cordoned", 4, cordoned, label("block", "b1"), inRack("r1")),
 			},
+			pods:   []corev1.Pod{gpuPod("on-cordoned", "cordoned", corev1.PodRunning, 1)},
 			levels: []string{"block", rackLabel, HostnameLevel},
 			want: backends.Capacity{
-				Capacity: res("128", "1Ti", 6), Free: res("128", "1Ti", 6), MaxGPUsPerNode: 4,
+				Capacity: res("256", "2Ti", 14), Free: res("128", "1Ti", 6), MaxGPUsPerNode: 4,
 				Topology: &v1alpha1.TopologyStatus{Levels: []string{"block", rackLabel, HostnameLevel}, Domains: []v1alpha1.TopologyDomain{
-					{Values: []string{"b1", "r1"}, Nodes: []string{"ok"}, FreeGPUsPerNode: []int32{4}}}},
+					{Values: []string{"b1", "r1"}, Nodes: []string{"cordoned", "down", "ok"}, FreeGPUsPerNode: []int32{0, 0, 4}}}},
+			},
+		},
+		"only cordoned big node: largest node still counts": {
+			nodes: []corev1.Node{node("big", 8, cordoned), node("small", 2)},
+			want: backends.Capacity{
+				Capacity: res("128", "1Ti", 10), Free: res("64", "512Gi", 2), MaxGPUsPerNode: 8,
+				Topology: &v1alpha1.TopologyStatus{Levels: []string{HostnameLevel}, Domains: []v1alpha1.TopologyDomain{
+					{Values: []string{}, Nodes: []string{"big", "small"}, FreeGPUsPerNode: []int32{0, 2}}}},
 			},
 		},
 		"over-committed node shows nothing free": {

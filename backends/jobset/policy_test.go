@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -80,6 +81,10 @@ func TestRenderRefusesTenantPatches(t *testing.T) {
 			patch:   trainer.PodSpecPatch{Volumes: []corev1.Volume{{Name: "keys", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: other}}}}},
 			wantErr: `volume "keys" mounts Secret "` + other + `", which was not made for this job`,
 		},
+		"terminationGracePeriodSeconds": {
+			patch:   trainer.PodSpecPatch{TerminationGracePeriodSeconds: ptr.To[int64](3600)},
+			wantErr: "terminationGracePeriodSeconds 3600 is more than this target allows (maxTerminationGracePeriodSeconds 30)",
+		},
 		"privileged container": {
 			patch: trainer.PodSpecPatch{Containers: []trainer.ContainerPatch{{Name: "node",
 				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}},
@@ -106,4 +111,52 @@ func nodePodPatch(spec *trainer.PodSpecPatch) trainer.TrainingRuntimeSpecPatch {
 			Spec: &trainer.JobSpecPatch{Template: &trainer.PodTemplatePatch{Spec: spec}},
 		}}},
 	}}}
+}
+
+// TestRenderBoundsTerminationGrace: the grace the rendered pods run with,
+// whoever set it (runtime or tenant patch), is at most the Target's cap;
+// pods that set none get the cap when it is below Kubernetes' 30 s.
+func TestRenderBoundsTerminationGrace(t *testing.T) {
+	capped := func(seconds int64) kubework.PodPolicy {
+		return kubework.PodPolicy{Allowed: v1alpha1.AllowedPodFields{MaxTerminationGracePeriodSeconds: &seconds}}
+	}
+	cases := map[string]struct {
+		policy    kubework.PodPolicy
+		runtime   *int64 // the runtime's own grace
+		patch     *int64 // a tenant patch's
+		wantGrace *int64
+		wantErr   string
+	}{
+		"none set, default cap":             {},
+		"none set, cap below 30":            {policy: capped(10), wantGrace: ptr.To[int64](10)},
+		"the runtime's, within the cap":     {runtime: ptr.To[int64](20), wantGrace: ptr.To[int64](20)},
+		"the runtime's, over the cap":       {runtime: ptr.To[int64](120), wantErr: "terminationGracePeriodSeconds 120 is more than"},
+		"a patch over the runtime, allowed": {policy: capped(600), runtime: ptr.To[int64](20), patch: ptr.To[int64](600), wantGrace: ptr.To[int64](600)},
+		"a patch over the cap":              {policy: capped(600), runtime: ptr.To[int64](20), patch: ptr.To[int64](601), wantErr: "(maxTerminationGracePeriodSeconds 600)"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tj := tyt.MakeTrainJob("train", "team-b").NumNodes(2).Obj()
+			if tc.patch != nil {
+				spec := nodePodPatch(&trainer.PodSpecPatch{TerminationGracePeriodSeconds: tc.patch})
+				tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "team-b/tools", TrainingRuntimeSpec: &spec}}
+			}
+			rt := tyt.TorchRuntimeSpec(1)
+			rt.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.TerminationGracePeriodSeconds = tc.runtime
+			js, err := Render(torchDispatch("d1", tj, rt, 2).Obj(), RenderOptions{Namespace: testNS, Policy: tc.policy})
+			if tc.wantErr != "" {
+				if !errors.Is(err, backends.ErrRejected) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Render = %v, want a rejection containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			got := js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.TerminationGracePeriodSeconds
+			if diff := cmp.Diff(tc.wantGrace, got); diff != "" {
+				t.Errorf("terminationGracePeriodSeconds (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

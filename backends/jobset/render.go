@@ -100,13 +100,16 @@ func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 	if err != nil {
 		return nil, rejected(d, err)
 	}
+	// The policy judges the pods as the runtime and the TrainJob make them,
+	// before placement pins them to their topology domains: that node
+	// affinity is trainyard's, not the tenant's.
+	if err := applyPolicy(js, companions, opts.Policy); err != nil {
+		return nil, rejected(d, err)
+	}
 	if err := placePodSets(js, d.Spec.PodSets); err != nil {
 		return nil, rejected(d, err)
 	}
 	finish(js, d)
-	if err := checkPods(js, companions, opts.Policy); err != nil {
-		return nil, rejected(d, err)
-	}
 	peer := opts.PeerLabel
 	if peer == "" {
 		peer = jobsetv1alpha2.JobSetNameKey
@@ -119,9 +122,13 @@ func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 	return &Rendered{JobSet: js, Companions: companions}, nil
 }
 
-// checkPods refuses a JobSet whose pods set what policy does not allow, or
-// reference a Secret or ConfigMap that is not one of its companions.
-func checkPods(js *jobsetv1alpha2.JobSet, companions []client.Object, policy kubework.PodPolicy) error {
+// applyPolicy refuses a JobSet whose pods set what policy does not allow,
+// or reference a Secret or ConfigMap that is not one of its companions. It
+// reads the pods as they run: Trainer's render has applied every runtime
+// patch the TrainJob kept (all but Kueue's, see remoteTrainJob), and a pod
+// that sets no termination grace gets the policy's cap when that is below
+// Kubernetes' default (PodPolicy.BoundGrace).
+func applyPolicy(js *jobsetv1alpha2.JobSet, companions []client.Object, policy kubework.PodPolicy) error {
 	var own kubework.Own
 	for _, o := range companions {
 		switch o.(type) {
@@ -134,6 +141,7 @@ func checkPods(js *jobsetv1alpha2.JobSet, companions []client.Object, policy kub
 	for i := range js.Spec.ReplicatedJobs {
 		rj := &js.Spec.ReplicatedJobs[i]
 		tmpl := &rj.Template.Spec.Template
+		policy.BoundGrace(&tmpl.Spec)
 		if err := policy.Check("replicated job "+rj.Name, &tmpl.ObjectMeta, &tmpl.Spec, own); err != nil {
 			return err
 		}

@@ -238,7 +238,15 @@ func TestRenderNodeAffinity(t *testing.T) {
 			if want == nil {
 				want = tc.own
 			}
-			got := nodeJob(t, mustRender(t, d)).Template.Spec.Template.Spec.Affinity
+			// The Target allows the runtime's own affinity on "type"; the
+			// topology levels trainyard adds need no allowing.
+			policy := testPolicy
+			policy.Allowed.Affinity, policy.Allowed.NodeSelectorKeys = true, []string{"type"}
+			js, err := Render(d, RenderOptions{Namespace: testNS, Policy: policy})
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			got := nodeJob(t, js).Template.Spec.Template.Spec.Affinity
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("affinity (-want +got):\n%s", diff)
 			}

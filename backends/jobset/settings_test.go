@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -77,5 +78,20 @@ func TestUpdateSettingsTakesEffectWithoutRestart(t *testing.T) {
 	}
 	if got := egress(t); len(got) != 0 {
 		t.Errorf("egress still allowed after the Target dropped it: %v", got)
+	}
+}
+
+// TestStopWithinFollowsSettings: the stop bound the agent advertises is the
+// grace cap in force and the margin, changed by UpdateSettings without a
+// restart (kubework's TestLivePolicyConcurrent: with no race).
+func TestStopWithinFollowsSettings(t *testing.T) {
+	b := New(newFakeClient(), Options{Namespace: testPrefix})
+	if got, want := b.StopWithin(), 30*time.Second+backends.StopMargin; got != want {
+		t.Errorf("StopWithin by default = %v, want %v", got, want)
+	}
+	most := int64(600)
+	b.UpdateSettings(kubework.Settings{Policy: kubework.PodPolicy{Allowed: v1alpha1.AllowedPodFields{MaxTerminationGracePeriodSeconds: &most}}})
+	if got, want := b.StopWithin(), 600*time.Second+backends.StopMargin; got != want {
+		t.Errorf("StopWithin with a 600 s cap = %v, want %v", got, want)
 	}
 }

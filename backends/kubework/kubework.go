@@ -134,8 +134,10 @@ func RemoteWorkOf(obj metav1.Object, kind string) backends.RemoteWork {
 }
 
 // ListRemote lists the objects of list's kind that trainyard made in the
-// tenant namespaces of prefix (see IsTenantNamespace), as remote work.
-func ListRemote(ctx context.Context, c client.Client, list client.ObjectList, prefix, kind string) ([]backends.RemoteWork, error) {
+// tenant namespaces of prefix (see IsTenantNamespace), as remote work;
+// finished (nil: never) says which of them have ended, so a lease fence
+// keeps them and their record of how the job ended.
+func ListRemote(ctx context.Context, c client.Client, list client.ObjectList, prefix, kind string, finished func(client.Object) bool) ([]backends.RemoteWork, error) {
 	if err := c.List(ctx, list, client.MatchingLabels{backends.LabelManagedBy: backends.ManagedByValue}); err != nil {
 		return nil, fmt.Errorf("list %ss: %w", strings.ToLower(kind), err)
 	}
@@ -145,13 +147,16 @@ func ListRemote(ctx context.Context, c client.Client, list client.ObjectList, pr
 	}
 	work := make([]backends.RemoteWork, 0, len(items))
 	for _, o := range items {
-		obj, err := apimeta.Accessor(o)
-		if err != nil {
-			return nil, err
+		obj, ok := o.(client.Object)
+		if !ok {
+			return nil, fmt.Errorf("list %ss: %T is not an object", strings.ToLower(kind), o)
 		}
-		if IsTenantNamespace(prefix, obj.GetNamespace()) {
-			work = append(work, RemoteWorkOf(obj, kind))
+		if !IsTenantNamespace(prefix, obj.GetNamespace()) {
+			continue
 		}
+		w := RemoteWorkOf(obj, kind)
+		w.Finished = finished != nil && finished(obj)
+		work = append(work, w)
 	}
 	return work, nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,26 +13,53 @@ import (
 	psapolicy "k8s.io/pod-security-admission/policy"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
 )
 
 // PodPolicy is what a Kubernetes target lets tenants put in pod specs,
 // through runtimes or runtime patches. The zero value is a default Target's:
-// Pod Security baseline and none of the allowlisted fields.
+// Pod Security baseline, none of the allowlisted fields (no tolerations,
+// node selection, affinity or scheduling gates), any image.
 type PodPolicy struct {
 	Level   v1alpha1.PodSecurityLevel
 	Allowed v1alpha1.AllowedPodFields
+	// Images are the images the target runs (spec.images.allowed).
+	Images backends.ImageRule
 }
 
-// PolicyOf is the pod policy of a Kubernetes target (nil: the default).
-func PolicyOf(k *v1alpha1.KubernetesTarget) PodPolicy {
-	if k == nil {
-		return PodPolicy{}
+// PolicyOf is the pod policy of a Kubernetes target's spec.
+func PolicyOf(s *v1alpha1.TargetSpec) PodPolicy {
+	// A spoke runs every job in its images.
+	var p PodPolicy
+	if s.Images != nil {
+		p.Images.Patterns = s.Images.Allowed
 	}
-	p := PodPolicy{Level: k.PodSecurity}
+	k := s.Kubernetes
+	if k == nil {
+		return p
+	}
+	p.Level = k.PodSecurity
 	if k.AllowedPodFields != nil {
 		p.Allowed = *k.AllowedPodFields
 	}
 	return p
+}
+
+// BoundGrace gives a pod that sets no terminationGracePeriodSeconds the
+// grace p allows when that is less than the one Kubernetes would give it
+// (30 s), so no pod of the Target outlives a stop by more than the cap.
+func (p PodPolicy) BoundGrace(spec *corev1.PodSpec) {
+	if most := p.Allowed.MaxTerminationGrace(); spec.TerminationGracePeriodSeconds == nil && most < corev1.DefaultTerminationGracePeriodSeconds {
+		spec.TerminationGracePeriodSeconds = &most
+	}
+}
+
+// StopWithin is how long the pods of work rendered under p may run on
+// after their work is deleted: the longest grace p allows and
+// backends.StopMargin. Pods made under an earlier, larger cap keep their
+// grace; lowering the cap does not shorten their stop.
+func (p PodPolicy) StopWithin() time.Duration {
+	return time.Duration(p.Allowed.MaxTerminationGrace())*time.Second + backends.StopMargin
 }
 
 // Own names the Secrets and ConfigMaps made for one job (its companions):
@@ -57,6 +85,7 @@ const kubeRootCA = "kube-root-ca.crt"
 func (p PodPolicy) Check(where string, meta *metav1.ObjectMeta, spec *corev1.PodSpec, own Own) error {
 	var why []string
 	why = append(why, p.checkPod(spec)...)
+	why = append(why, p.checkScheduling(spec)...)
 	why = append(why, p.checkVolumes(spec, own)...)
 	for _, c := range allContainers(spec) {
 		why = append(why, p.checkContainer(c, own)...)
@@ -80,6 +109,9 @@ func (p PodPolicy) checkPod(spec *corev1.PodSpec) []string {
 		if h.set && !h.allow {
 			why = append(why, h.name+" is not allowed on this target")
 		}
+	}
+	if g, most := spec.TerminationGracePeriodSeconds, a.MaxTerminationGrace(); g != nil && *g > most {
+		why = append(why, fmt.Sprintf("terminationGracePeriodSeconds %d is more than this target allows (maxTerminationGracePeriodSeconds %d)", *g, most))
 	}
 	for _, sa := range []string{spec.ServiceAccountName, spec.DeprecatedServiceAccount} {
 		if sa != "" && sa != "default" && !slices.Contains(a.ServiceAccountNames, sa) {
@@ -149,6 +181,9 @@ func volumeType(v *corev1.VolumeSource) string {
 func (p PodPolicy) checkContainer(c *corev1.Container, own Own) []string {
 	a := p.Allowed
 	var why []string
+	if err := p.Images.Check(c.Image); err != nil {
+		why = append(why, fmt.Sprintf("container %q: %v", c.Name, err))
+	}
 	if sc := c.SecurityContext; sc != nil {
 		if sc.Privileged != nil && *sc.Privileged && !a.Privileged {
 			why = append(why, fmt.Sprintf("container %q: privileged is not allowed on this target", c.Name))

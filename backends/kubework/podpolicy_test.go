@@ -2,13 +2,17 @@ package kubework
 
 import (
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
 )
 
 // pod is a pod spec that passes Pod Security baseline and references the
@@ -96,6 +100,10 @@ func TestPodPolicyRefuses(t *testing.T) {
 			},
 			wantErr: `envFrom reads Secret "db"`,
 		},
+		"termination grace over the default cap": {
+			edit:    func(s *corev1.PodSpec) { s.TerminationGracePeriodSeconds = ptr.To[int64](31) },
+			wantErr: "terminationGracePeriodSeconds 31 is more than this target allows (maxTerminationGracePeriodSeconds 30)",
+		},
 		"host port (Pod Security baseline)": {
 			edit: func(s *corev1.PodSpec) {
 				s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 22, HostPort: 22}}
@@ -150,6 +158,104 @@ func TestPodPolicyAllows(t *testing.T) {
 				t.Fatalf("Check = %v, want nil", err)
 			}
 		})
+	}
+}
+
+// capped is a default policy whose grace cap is most seconds.
+func capped(most int64) PodPolicy {
+	return PodPolicy{Allowed: v1alpha1.AllowedPodFields{MaxTerminationGracePeriodSeconds: ptr.To(most)}}
+}
+
+// TestPodPolicyGraceCap: a pod may ask for a termination grace up to the
+// Target's cap (30 s, Kubernetes' default, when unset) and no longer,
+// whatever set it; the refusal names the value and the cap.
+func TestPodPolicyGraceCap(t *testing.T) {
+	cases := map[string]struct {
+		policy  PodPolicy
+		grace   *int64
+		wantErr string
+	}{
+		"unset under the default cap":                 {},
+		"at the default cap":                          {grace: ptr.To[int64](30)},
+		"over the default cap":                        {grace: ptr.To[int64](600), wantErr: "terminationGracePeriodSeconds 600 is more than this target allows (maxTerminationGracePeriodSeconds 30)"},
+		"at a raised cap":                             {policy: capped(600), grace: ptr.To[int64](600)},
+		"over a raised cap":                           {policy: capped(600), grace: ptr.To[int64](601), wantErr: "terminationGracePeriodSeconds 601 is more than this target allows (maxTerminationGracePeriodSeconds 600)"},
+		"zero under a zero cap":                       {policy: capped(0), grace: ptr.To[int64](0)},
+		"one over a zero cap":                         {policy: capped(0), grace: ptr.To[int64](1), wantErr: "terminationGracePeriodSeconds 1 is more than this target allows (maxTerminationGracePeriodSeconds 0)"},
+		"unset under a lowered cap (render fills it)": {policy: capped(5)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := tc.policy.Check("replicated job node", &metav1.ObjectMeta{}, pod(func(s *corev1.PodSpec) { s.TerminationGracePeriodSeconds = tc.grace }), own)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("Check = %v, want nil", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("Check = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestPodPolicyBoundGrace: a pod that sets no grace gets the cap when the
+// cap is below the 30 s Kubernetes would give it, and is left alone
+// otherwise; a grace the pod sets is never changed (Check judges it).
+func TestPodPolicyBoundGrace(t *testing.T) {
+	cases := map[string]struct {
+		policy PodPolicy
+		grace  *int64
+		want   *int64
+	}{
+		"default cap, unset":      {},
+		"raised cap, unset":       {policy: capped(600)},
+		"lowered cap, unset":      {policy: capped(5), want: ptr.To[int64](5)},
+		"zero cap, unset":         {policy: capped(0), want: ptr.To[int64](0)},
+		"lowered cap, set higher": {policy: capped(5), grace: ptr.To[int64](20), want: ptr.To[int64](20)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			spec := pod(func(s *corev1.PodSpec) { s.TerminationGracePeriodSeconds = tc.grace })
+			tc.policy.BoundGrace(spec)
+			if diff := cmp.Diff(tc.want, spec.TerminationGracePeriodSeconds); diff != "" {
+				t.Errorf("terminationGracePeriodSeconds (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPodPolicyStopWithin: the cap and backends.StopMargin.
+func TestPodPolicyStopWithin(t *testing.T) {
+	for _, tc := range []struct {
+		policy PodPolicy
+		want   time.Duration
+	}{{PodPolicy{}, 45 * time.Second}, {capped(0), 15 * time.Second}, {capped(600), 615 * time.Second}} {
+		if got := tc.policy.StopWithin(); got != tc.want {
+			t.Errorf("StopWithin of %+v = %v, want %v", tc.policy.Allowed, got, tc.want)
+		}
+	}
+}
+
+// TestLivePolicyConcurrent: a backend's StopWithin reads the policy while
+// its Target's changes replace it; go test -race finds no race, and the
+// last policy stored is the one read.
+func TestLivePolicyConcurrent(t *testing.T) {
+	l := NewLivePolicy(capped(600))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 100 {
+			l.Store(capped(int64(i)))
+		}
+	}()
+	for range 100 {
+		if got := l.Load().StopWithin(); got > 615*time.Second {
+			t.Fatalf("StopWithin while the policy changes = %v", got)
+		}
+	}
+	wg.Wait()
+	if got, want := l.Load().StopWithin(), 99*time.Second+backends.StopMargin; got != want {
+		t.Errorf("StopWithin after the last change = %v, want %v", got, want)
 	}
 }
 

@@ -8,17 +8,17 @@ import (
 
 // Settings are what a Kubernetes Target's spec says about its tenants and
 // an agent applies without a restart: the pod policy (podSecurity,
-// allowedPodFields) and the egress allowance (networkPolicy.egress). The
+// allowedPodFields, images) and the egress allowance (networkPolicy.egress). The
 // namespace prefix and the backend are fixed for the agent's life.
 type Settings struct {
 	Policy PodPolicy
 	Egress []v1alpha1.EgressRule
 }
 
-// SettingsOf are the settings of a Kubernetes target (nil: the defaults).
-func SettingsOf(k *v1alpha1.KubernetesTarget) Settings {
-	s := Settings{Policy: PolicyOf(k)}
-	if k != nil && k.NetworkPolicy != nil {
+// SettingsOf are the settings of a Kubernetes target's spec.
+func SettingsOf(spec *v1alpha1.TargetSpec) Settings {
+	s := Settings{Policy: PolicyOf(spec)}
+	if k := spec.Kubernetes; k != nil && k.NetworkPolicy != nil {
 		s.Egress = k.NetworkPolicy.Egress
 	}
 	return s

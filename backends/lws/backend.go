@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,6 +57,7 @@ var (
 	_ backends.Backend      = (*Backend)(nil)
 	_ backends.RemoteLister = (*Backend)(nil)
 	_ backends.LogReader    = (*Backend)(nil)
+	_ backends.StopBound    = (*Backend)(nil)
 )
 
 // New returns a Backend acting through c (its scheme must know
@@ -216,7 +218,28 @@ func (b *Backend) pods(ctx context.Context, key client.ObjectKey) ([]corev1.Pod,
 
 // ListRemote lists the LeaderWorkerSets trainyard made in the tenant namespaces.
 func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error) {
-	return kubework.ListRemote(ctx, b.c, &lwsv1.LeaderWorkerSetList{}, b.opts.Namespace, Kind)
+	return kubework.ListRemote(ctx, b.c, &lwsv1.LeaderWorkerSetList{}, b.opts.Namespace, Kind, hasEnded)
+}
+
+// hasEnded: Observe recorded the job's end (AnnotationFinished) and scaled
+// the set to zero in the same patch; its pods end within their grace,
+// which StopWithin bounds. A set whose end Observe has not seen yet cannot
+// be judged from the object (a LeaderWorkerSet has no notion of done: only
+// its pods' containers tell), so it is not finished, and neither is one
+// scaled up again since, whose pods run anew.
+func hasEnded(o client.Object) bool {
+	lws, ok := o.(*lwsv1.LeaderWorkerSet)
+	if !ok {
+		return false
+	}
+	_, recorded := lws.Annotations[AnnotationFinished]
+	return recorded && lws.Spec.Replicas != nil && *lws.Spec.Replicas == 0
+}
+
+// StopWithin bounds how long the pods of a LeaderWorkerSet live on after
+// Cancel or Delete (see jobset.Backend.StopWithin).
+func (b *Backend) StopWithin() time.Duration {
+	return b.policy.Load().StopWithin()
 }
 
 // Delete deletes one LeaderWorkerSet found by ListRemote, in the foreground.
