@@ -55,6 +55,12 @@ type dbJob struct {
 		Submission int64 `json:"submission"`
 	} `json:"time"`
 	ExitCode *ExitCodeInfo `json:"exit_code"`
+	// StdOut and StdErr are the job's output paths as it asked for them
+	// (Render's templates; empty before slurmdbd 23.02). Not their
+	// *_expanded forms: slurmdbd 24.11 joins a relative path to the working
+	// directory without a slash ("/scratch/alicetrain.8.out").
+	StdOut string `json:"stdout"`
+	StdErr string `json:"stderr"`
 }
 
 // info converts the record to the JobInfo slurmctld would have served.
@@ -68,6 +74,7 @@ func (d *dbJob) info() JobInfo {
 		EndTime:      &noVal{Set: d.Time.End > 0, Number: d.Time.End},
 	}
 	j.ExitCode = d.ExitCode
+	j.StandardOutput, j.StandardError = d.StdOut, d.StdErr
 	return j
 }
 

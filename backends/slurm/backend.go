@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -55,19 +57,53 @@ type Backend struct {
 	viewJobs   []JobInfo
 	lastUpdate int64
 	// submitted records this process's submits by comment, since the last
-	// list may predate them, and when each was made.
+	// list may predate them, and when each was made. An entry goes once the
+	// agent has recorded the job on its Dispatch and a list taken after the
+	// submit holds it (Observe), or the job is cancelled or deleted (see
+	// forgetSubmits): the maps hold only jobs of Dispatches in flight.
 	submitted   map[string]int32
 	submittedAt map[string]time.Time
 	// uncertain records, by comment, when a submit ended without saying
 	// whether it made the job: only a list begun SubmitSettle after that
-	// may prove the job absent.
+	// may prove the job absent. A list that has done so drops it.
 	uncertain map[string]time.Time
+	// workDirs is what this process knows of its users' work directories,
+	// by path: one entry per mapped user (workdir.go).
+	workDirs map[string]workDirState
+
+	// killWait is the Target's spec.slurm.killWaitSeconds at its last read
+	// (nil: none read yet), for StopWithin, which must not call the hub.
+	killWait atomic.Pointer[int32]
 }
 
 // NewBackend returns a Backend for the target target returns.
 func NewBackend(c *Client, target func(context.Context) (*v1alpha1.Target, error)) *Backend {
 	return &Backend{Client: c, Target: target, created: time.Now(), submitted: map[string]int32{}, submittedAt: map[string]time.Time{},
 		uncertain: map[string]time.Time{}}
+}
+
+// target reads the current Target and keeps what StopWithin needs of it.
+func (b *Backend) target(ctx context.Context) (*v1alpha1.Target, error) {
+	t, err := b.Target(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kw := t.Spec.Slurm.KillWait()
+	b.killWait.Store(&kw)
+	return t, nil
+}
+
+// StopWithin bounds how long a job's processes live on after Cancel or
+// Delete: the cluster's KillWait (the Target's, as last read; Slurm's
+// default before any read) and backends.StopMargin. The agent reads its
+// Target on every submit, list and capacity report, so a change reaches
+// it within a heartbeat.
+func (b *Backend) StopWithin() time.Duration {
+	kw := v1alpha1.DefaultSlurmKillWaitSeconds
+	if p := b.killWait.Load(); p != nil {
+		kw = *p
+	}
+	return time.Duration(kw)*time.Second + backends.StopMargin
 }
 
 func (b *Backend) now() time.Time {
@@ -152,10 +188,11 @@ func (b *Backend) existing(ctx context.Context, comment string) (int32, error) {
 
 var _ backends.Backend = (*Backend)(nil)
 var _ backends.RemoteLister = (*Backend)(nil)
+var _ backends.StopBound = (*Backend)(nil)
 
 // Submit submits the job of d unless a job with its comment exists.
 func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.RemoteRef, error) {
-	t, err := b.Target(ctx)
+	t, err := b.target(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -174,6 +211,9 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	}
 	if id != 0 {
 		return ref(id, job.Name), nil
+	}
+	if err := b.prepareWorkDir(ctx, job); err != nil {
+		return nil, err
 	}
 	id, err = b.Client.Submit(ctx, job)
 	if errors.Is(err, ErrSubmitUncertain) {
@@ -250,6 +290,7 @@ func remoteID(d *v1alpha1.Dispatch) int32 {
 // it settles the question (view.go), else by reading the job, and from
 // accounting once slurmctld has forgotten the job (see accounted).
 func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.Status, error) {
+	b.recorded(d)
 	j, err := b.viewed(d)
 	if errors.Is(err, errNotInView) {
 		j, err = b.find(ctx, d, remoteID(d))
@@ -265,7 +306,7 @@ func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.
 	}
 	st := StatusOf(j)
 	if st.Phase == v1alpha1.DispatchFailed && st.ExitCode != nil && *st.ExitCode == ExitImageUnavailable {
-		if t, err := b.Target(ctx); err == nil && t.Spec.Slurm != nil && t.Spec.Slurm.ContainerRuntime == v1alpha1.ContainerRuntimeOCI {
+		if t, err := b.target(ctx); err == nil && t.Spec.Slurm != nil && t.Spec.Slurm.ContainerRuntime == v1alpha1.ContainerRuntimeOCI {
 			st.Reason = v1alpha1.ReasonContainerImage
 			st.Message = fmt.Sprintf("Slurm job %d failed: its container image could not be pulled or unpacked on the node (exit code %d; the job's error output says why)", j.JobID, ExitImageUnavailable)
 		}
@@ -288,7 +329,39 @@ func (b *Backend) Cancel(ctx context.Context, d *v1alpha1.Dispatch) (bool, error
 	if id := remoteID(d); id > 0 && !slices.Contains(ids, id) {
 		ids = append(ids, id)
 	}
-	return b.cancelAll(ctx, ids, func(j *JobInfo) bool { return j.Comment == want })
+	gone, err := b.cancelAll(ctx, ids, func(j *JobInfo) bool { return j.Comment == want })
+	if gone {
+		b.forgetSubmits(func(c string) bool { return c == want })
+	}
+	return gone, err
+}
+
+// recorded forgets this process's submit of d's job once nothing needs it:
+// d records the job (so the agent never submits for d's attempt again)
+// and a list taken after the submit holds the job or proves it gone
+// (viewed no longer needs the time of the submit).
+func (b *Backend) recorded(d *v1alpha1.Dispatch) {
+	id, comment := remoteID(d), Comment(d)
+	if id <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.submitted[comment] == id && b.listedAt.After(b.submittedAt[comment]) {
+		delete(b.submitted, comment)
+		delete(b.submittedAt, comment)
+	}
+}
+
+// forgetSubmits drops what this process remembers of the submits whose
+// comment gone accepts: their jobs are cancelled or deleted.
+func (b *Backend) forgetSubmits(gone func(comment string) bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, m := range []map[string]time.Time{b.submittedAt, b.uncertain} {
+		maps.DeleteFunc(m, func(c string, _ time.Time) bool { return gone(c) })
+	}
+	maps.DeleteFunc(b.submitted, func(c string, _ int32) bool { return gone(c) })
 }
 
 // cancelAll cancels the jobs of ids that mine accepts and have not ended;
@@ -318,7 +391,7 @@ func (b *Backend) cancelAll(ctx context.Context, ids []int32, mine func(*JobInfo
 // one entry per Dispatch attempt, however many jobs carry its comment (Ref
 // names the newest).
 func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error) {
-	t, err := b.Target(ctx)
+	t, err := b.target(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -350,7 +423,7 @@ func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error)
 // Delete cancels every live job of the Dispatch attempt w names, found by
 // a new list, and the job w.Ref names.
 func (b *Backend) Delete(ctx context.Context, w backends.RemoteWork) error {
-	t, err := b.Target(ctx)
+	t, err := b.target(ctx)
 	if err != nil {
 		return err
 	}
@@ -372,8 +445,15 @@ func (b *Backend) Delete(ctx context.Context, w backends.RemoteWork) error {
 			ids = append(ids, jobs[i].JobID)
 		}
 	}
-	_, err = b.cancelAll(ctx, ids, same)
-	return err
+	if _, err = b.cancelAll(ctx, ids, same); err != nil {
+		return err
+	}
+	b.forgetSubmits(func(c string) bool {
+		target, o, ok := ParseComment(c)
+		return ok && target == t.Name && o.DispatchNamespace == w.DispatchNamespace &&
+			o.DispatchName == w.DispatchName && o.Attempt == w.Attempt
+	})
+	return nil
 }
 
 func jobID(r v1alpha1.RemoteRef) int32 {
@@ -386,7 +466,7 @@ func jobID(r v1alpha1.RemoteRef) int32 {
 
 // Capacity reads the nodes of the target's partitions.
 func (b *Backend) Capacity(ctx context.Context) (*backends.Capacity, error) {
-	t, err := b.Target(ctx)
+	t, err := b.target(ctx)
 	if err != nil {
 		return nil, err
 	}

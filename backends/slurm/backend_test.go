@@ -1,11 +1,14 @@
 package slurm
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,12 +29,23 @@ import (
 type fakeSlurmrestd struct {
 	mu        sync.Mutex
 	jobs      []JobInfo
+	descs     []jobDesc // every submit's request, in order
 	submits   int
 	cancelled []int32
 	// stall[n] holds the n-th submit (from 1) until the client hangs up;
 	// record says whether slurmctld took it all the same.
 	stall  map[int]bool
 	status map[int]int // the n-th submit answers this HTTP status
+	// forgotten counts the jobs dropped from jobs, as slurmctld forgets
+	// ended ones, so job ids are never reused.
+	forgotten int
+	// refusal[n] is the error the n-th submit's answer names, if set
+	// (default: slurmctld unreachable).
+	refusal map[int]string
+	// killWait: a cancel leaves the job CANCELLED and COMPLETING, as
+	// slurmctld does while its processes get KillWait to end, until
+	// finish; a cancel of a completing job is refused as slurmctld does.
+	killWait bool
 }
 
 func (f *fakeSlurmrestd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -45,15 +59,17 @@ func (f *fakeSlurmrestd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		f.mu.Lock()
 		f.submits++
+		f.descs = append(f.descs, body.Job)
 		n := f.submits
 		record, stalled := f.stall[n]
 		if st := f.status[n]; st != 0 {
+			msg := cmp.Or(f.refusal[n], "Unable to contact slurm controller (connect failure)")
 			f.mu.Unlock()
 			w.WriteHeader(st)
-			_, _ = w.Write([]byte(`{"errors":[{"error":"Unable to contact slurm controller (connect failure)"}]}`))
+			_ = json.NewEncoder(w).Encode(map[string]any{"errors": []map[string]string{{"error": msg}}})
 			return
 		}
-		id := int32(100 + len(f.jobs))
+		id := int32(100 + f.forgotten + len(f.jobs))
 		if !stalled || record {
 			f.jobs = append(f.jobs, JobInfo{JobID: id, Name: body.Job.Name, Comment: body.Job.Comment, JobState: []string{"RUNNING"}})
 		}
@@ -76,8 +92,16 @@ func (f *fakeSlurmrestd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			if r.Method == http.MethodDelete {
+				if f.killWait && slices.Contains(f.jobs[i].JobState, "COMPLETING") {
+					w.WriteHeader(http.StatusInternalServerError)
+					_, _ = w.Write([]byte(`{"errors":[{"error":"Job/step already completing or completed"}]}`))
+					return
+				}
 				f.cancelled = append(f.cancelled, int32(id))
 				f.jobs[i].JobState = []string{"CANCELLED"}
+				if f.killWait {
+					f.jobs[i].JobState = append(f.jobs[i].JobState, "COMPLETING")
+				}
 			}
 			_ = json.NewEncoder(w).Encode(map[string]any{"jobs": []JobInfo{f.jobs[i]}})
 			return
@@ -93,6 +117,17 @@ func (f *fakeSlurmrestd) add(id int32, comment string, states ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.jobs = append(f.jobs, JobInfo{JobID: id, Name: "train", Comment: comment, JobState: states})
+}
+
+// finish ends job id: its processes are gone, its state is final.
+func (f *fakeSlurmrestd) finish(id int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.jobs {
+		if f.jobs[i].JobID == id {
+			f.jobs[i].JobState = slices.DeleteFunc(f.jobs[i].JobState, func(s string) bool { return s == "COMPLETING" })
+		}
+	}
 }
 
 func (f *fakeSlurmrestd) counts() (submits, jobs int, cancelled []int32) {
@@ -120,7 +155,25 @@ func fakeBackend(t *testing.T, f *fakeSlurmrestd) (*Backend, *clocktesting.FakeC
 	clk := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	b := NewBackend(c, func(context.Context) (*v1alpha1.Target, error) { return target().Obj(), nil })
 	b.Clock, b.created = clk, clk.Now()
+	seeWorkDirs(t, b)
 	return b, clk
+}
+
+// seeWorkDirs lets b see the work directories of target()'s users, as an
+// agent does below OutputRoot once they exist: no submit needs a job that
+// makes one first.
+func seeWorkDirs(t *testing.T, b *Backend) {
+	t.Helper()
+	b.OutputRoot = t.TempDir()
+	for _, u := range []string{"svc_a", "svc_b"} {
+		dir, err := WorkDir(&v1alpha1.SlurmTarget{}, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(b.OutputRoot, dir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestSubmitAfterAnUncertainSubmit: a submit that timed out while
@@ -230,6 +283,42 @@ func TestSubmitErrorsThatMayHaveMadeAJob(t *testing.T) {
 			_, err = b.Client.Submit(context.Background(), job)
 			if got := errors.Is(err, ErrSubmitUncertain); got != tc.uncertain {
 				t.Errorf("uncertain = %v (error %v), want %v", got, err, tc.uncertain)
+			}
+		})
+	}
+}
+
+// TestSubmitRefusalsThatPassWaitAndThoseThatDoNotReject: slurmctld's
+// refusals for the state of the cluster now (a partition down or inactive,
+// its nodes unavailable now) leave the Dispatch to be submitted again;
+// refusals of the job itself reject it.
+func TestSubmitRefusalsThatPassWaitAndThoseThatDoNotReject(t *testing.T) {
+	cases := map[string]struct {
+		refusal  string
+		rejected bool
+	}{
+		"partition configuration not available now": {refusal: "Requested partition configuration not available now"},
+		"slurmctld unreachable":                     {refusal: "Unable to contact slurm controller (connect failure)"},
+		"no such partition":                         {refusal: "Invalid partition name specified", rejected: true},
+		"node configuration never available":        {refusal: "Requested node configuration is not available", rejected: true},
+		"bad account":                               {refusal: "Invalid account or account/partition combination specified", rejected: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeSlurmrestd{status: map[int]int{1: http.StatusBadRequest}, refusal: map[int]string{1: tc.refusal}}
+			b, clk := fakeBackend(t, f)
+			clk.Step(time.Second) // a list now holds every job of an earlier agent
+			_, err := b.Submit(context.Background(), dispatch(caseSpec{}))
+			if err == nil {
+				t.Fatal("submit succeeded, want the refusal")
+			}
+			if got := errors.Is(err, backends.ErrRejected); got != tc.rejected {
+				t.Errorf("rejected = %v (error %v), want %v", got, err, tc.rejected)
+			}
+			if !tc.rejected {
+				if _, err := b.Submit(context.Background(), dispatch(caseSpec{})); err != nil {
+					t.Errorf("submit once the cluster took jobs again: %v", err)
+				}
 			}
 		})
 	}

@@ -222,6 +222,10 @@ func uncertainSubmit(err error) bool {
 
 // Errors slurmctld answers for a job it refuses for good (bad partition,
 // account, QOS, user or request): retrying the same submit cannot help.
+// What the cluster's state refuses now is not here: "Requested partition
+// configuration not available now" (a partition down or inactive, or not
+// enough of its nodes up) passes when the administrator brings them back,
+// so the Dispatch waits and is submitted again.
 var permanentErrors = map[string]bool{
 	"Invalid partition name specified":                                                      true,
 	"Invalid account or account/partition combination specified":                            true,
@@ -233,7 +237,6 @@ var permanentErrors = map[string]bool{
 	"Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)": true,
 	"Requested time limit is invalid (missing or exceeds some limit)":                       true,
 	"Node count specification invalid":                                                      true,
-	"Requested partition configuration not available now":                                   true,
 	"Access/permission denied":                                                              true,
 	"User not found on host":                                                                true,
 }
@@ -305,6 +308,8 @@ type jobDesc struct {
 	Requeue                 bool     `json:"requeue"`
 	RequiredNodes           []string `json:"required_nodes,omitempty"`
 	RequiredSwitches        *noVal   `json:"required_switches,omitempty"`
+	Dependency              string   `json:"dependency,omitempty"`
+	Flags                   []string `json:"flags,omitempty"`
 }
 
 // Submit submits job as job.User and returns the job id. An error
@@ -325,6 +330,12 @@ func (c *Client) Submit(ctx context.Context, job *Job) (int32, error) {
 	}
 	if job.MaxSwitches > 0 {
 		desc.RequiredSwitches = &noVal{Set: true, Number: int64(job.MaxSwitches)}
+	}
+	if job.After > 0 {
+		// A job whose dependency can never be met is cancelled, not left
+		// pending for ever.
+		desc.Dependency = "afterok:" + strconv.Itoa(int(job.After))
+		desc.Flags = []string{"KILL_INVALID_DEPENDENCY"}
 	}
 	if desc.CurrentWorkingDirectory == "" {
 		// slurmrestd has no login shell to take a directory from.

@@ -77,7 +77,7 @@ func pyxisImage(ref string) string {
 	return ref
 }
 
-// containerMounts are the work directory (when the Target sets one) and
+// containerMounts are the job's work directory (every node sees it) and
 // the administrator's containerMounts, each bound at its destination.
 func containerMounts(st *v1alpha1.SlurmTarget, workDir string) ([]v1alpha1.SlurmContainerMount, error) {
 	var ms []v1alpha1.SlurmContainerMount
@@ -137,7 +137,7 @@ func mountsValue(rt v1alpha1.ContainerRuntime, ms []v1alpha1.SlurmContainerMount
 
 // containerEnv checks what a job needs to run in a container on st and
 // returns the variables that carry the image and the mounts.
-func containerEnv(st *v1alpha1.SlurmTarget, launcher v1alpha1.Launcher, mpiStarter, image, workDir string, nodes int32) ([]string, error) {
+func containerEnv(st *v1alpha1.SlurmTarget, launcher v1alpha1.Launcher, mpiStarter, image, workDir string) ([]string, error) {
 	rt := st.ContainerRuntime
 	switch {
 	case launcher == v1alpha1.LauncherFlux:
@@ -146,8 +146,6 @@ func containerEnv(st *v1alpha1.SlurmTarget, launcher v1alpha1.Launcher, mpiStart
 		return nil, errors.New("the MPI launcher does not run in OCI containers: its PMIx server is not reachable inside them (use Pyxis or Apptainer)")
 	case launcher == v1alpha1.LauncherMPI && mpiStarter == MPIStarterMpirun:
 		return nil, fmt.Errorf("mpirun would start the ranks from the batch host outside the container (containerRuntime %s): run the program itself and let srun start the ranks", rt)
-	case rt == v1alpha1.ContainerRuntimeOCI && nodes > 1 && workDir == "":
-		return nil, errors.New("containerRuntime OCI unpacks the image once, in the work directory, which every node must see: set spec.slurm.workDir to a shared filesystem")
 	}
 	if err := ValidImage(image); err != nil {
 		return nil, fmt.Errorf("containerRuntime %s runs the trainer's image: %w (set spec.trainer.image or the runtime's node container image)", rt, err)

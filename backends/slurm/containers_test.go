@@ -113,8 +113,6 @@ func TestRenderContainerRefusals(t *testing.T) {
 	flux := tytest.TorchRuntimeSpec(1)
 	flux.MLPolicy.MLPolicySource = trainer.MLPolicySource{Flux: &trainer.FluxMLPolicySource{}}
 	ok := "registry.example/img:1"
-	noWorkDir := containerTarget(v1alpha1.ContainerRuntimeOCI)
-	noWorkDir.Spec.Slurm.WorkDir = ""
 	badMount := containerTarget(v1alpha1.ContainerRuntimePyxis)
 	badMount.Spec.Slurm.ContainerMounts = []v1alpha1.SlurmContainerMount{{Source: "/a,b", Destination: "/c"}}
 	cases := map[string]struct {
@@ -122,12 +120,11 @@ func TestRenderContainerRefusals(t *testing.T) {
 		c      caseSpec
 		want   string
 	}{
-		"Flux in a container":                     {containerTarget(v1alpha1.ContainerRuntimePyxis), caseSpec{tj: imageJob(ok, "x"), rt: flux}, "the Flux launcher does not run in containers"},
-		"MPI in OCI":                              {containerTarget(v1alpha1.ContainerRuntimeOCI), caseSpec{tj: imageJob(ok, "x"), rt: mpi}, "the MPI launcher does not run in OCI containers"},
-		"mpirun in Apptainer":                     {containerTarget(v1alpha1.ContainerRuntimeApptainer), caseSpec{tj: imageJob(ok, "mpirun", "x"), rt: mpi}, "mpirun would start the ranks from the batch host"},
-		"OCI on 2 nodes without a work directory": {noWorkDir, caseSpec{tj: twoNodes(imageJob(ok, "x"))}, "set spec.slurm.workDir to a shared filesystem"},
-		"a mount path with a comma":               {badMount, caseSpec{tj: imageJob(ok, "x")}, `"/a,b" is not a clean absolute path`},
-		"no image":                                {containerTarget(v1alpha1.ContainerRuntimeOCI), caseSpec{tj: imageJob("", "x")}, "containerRuntime OCI runs the trainer's image: no image"},
+		"Flux in a container":       {containerTarget(v1alpha1.ContainerRuntimePyxis), caseSpec{tj: imageJob(ok, "x"), rt: flux}, "the Flux launcher does not run in containers"},
+		"MPI in OCI":                {containerTarget(v1alpha1.ContainerRuntimeOCI), caseSpec{tj: imageJob(ok, "x"), rt: mpi}, "the MPI launcher does not run in OCI containers"},
+		"mpirun in Apptainer":       {containerTarget(v1alpha1.ContainerRuntimeApptainer), caseSpec{tj: imageJob(ok, "mpirun", "x"), rt: mpi}, "mpirun would start the ranks from the batch host"},
+		"a mount path with a comma": {badMount, caseSpec{tj: imageJob(ok, "x")}, `"/a,b" is not a clean absolute path`},
+		"no image":                  {containerTarget(v1alpha1.ContainerRuntimeOCI), caseSpec{tj: imageJob("", "x")}, "containerRuntime OCI runs the trainer's image: no image"},
 	}
 	for _, rt := range []v1alpha1.ContainerRuntime{v1alpha1.ContainerRuntimeOCI, v1alpha1.ContainerRuntimePyxis, v1alpha1.ContainerRuntimeApptainer} {
 		for i, img := range hostileImages {

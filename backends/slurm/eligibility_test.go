@@ -53,6 +53,22 @@ func TestRenderRefusesWhatSlurmCannotRun(t *testing.T) {
 		"volume claims": {
 			target: target().Obj(), c: caseSpec{tj: cmd, rt: withClaims}, want: "its 1 volume claim policies run only on Kubernetes spokes",
 		},
+		// Issue 26: a converted PyTorchJob's image was dropped on a host
+		// that had none of what the image holds.
+		"a trainer image the host does not stand for": {
+			target: target().Obj(), c: caseSpec{tj: imageJob("docker.io/kubeflowkatib/pytorch-mnist:v1", "python3", "mnist.py"), rt: tytest.TorchRuntimeSpec(1)},
+			want: `image "docker.io/kubeflowkatib/pytorch-mnist:v1" cannot run here: this target runs commands on its nodes' host, with no container runtime, and its host environment stands only for docker.io/pytorch/pytorch:*, mpioperator/* (spec.images.hostEnvironment)`,
+		},
+		"the runtime's image where the host stands for none": {
+			target: tytest.MakeSlurmTarget("hpc", "a100", "gpu").SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "a"}).Obj(),
+			c:      caseSpec{tj: cmd, rt: tytest.TorchRuntimeSpec(1)},
+			want:   `image "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime" cannot run here: this target runs commands on its nodes' host, with no container runtime, and lists no images`,
+		},
+		"an image a container runtime is not allowed": {
+			target: withRuntime(target().AllowedImages("registry.example.org/*"), v1alpha1.ContainerRuntimePyxis),
+			c:      caseSpec{tj: imageJob("nvcr.io/nvidia/pytorch:25.01-py3", "python3"), rt: tytest.TorchRuntimeSpec(1)},
+			want:   `image "nvcr.io/nvidia/pytorch:25.01-py3" is not one this target runs (spec.images.allowed: registry.example.org/*)`,
+		},
 		"no command in the job or the runtime": {
 			target: target().Obj(), c: caseSpec{tj: tytest.MakeTrainJob("train", "team-a").Obj(), rt: noCommand},
 			want: "no command",
@@ -66,4 +82,40 @@ func TestRenderRefusesWhatSlurmCannotRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRenderRunsTheImagesTheTargetRuns: an image the host stands for runs
+// on the host without it; an allowed image runs in its container.
+func TestRenderRunsTheImagesTheTargetRuns(t *testing.T) {
+	cases := map[string]struct {
+		target *v1alpha1.Target
+		image  string
+	}{
+		"the host stands for the image": {target: target().Obj(), image: "pytorch/pytorch:2.7.1"},
+		"the host stands for every image": {
+			target: target().HostImages("*").Obj(), image: "ghcr.io/kubeflow/trainer/x:1"},
+		"an allowed image in a container": {
+			target: withRuntime(target().AllowedImages("registry.example.org/*"), v1alpha1.ContainerRuntimePyxis),
+			image:  "registry.example.org/team/trainer:1"},
+		"any image where a container runtime allows all": {
+			target: withRuntime(target(), v1alpha1.ContainerRuntimePyxis), image: "nvcr.io/nvidia/pytorch:25.01-py3"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Render(dispatch(caseSpec{tj: imageJob(tc.image, "python3"), rt: tytest.TorchRuntimeSpec(1)}), tc.target); err != nil {
+				t.Errorf("Render = %v, want the job", err)
+			}
+		})
+	}
+}
+
+// withRuntime is w's target with container runtime rt and its host
+// environment, which only a bare-node cluster has, removed.
+func withRuntime(w *tytest.TargetWrapper, rt v1alpha1.ContainerRuntime) *v1alpha1.Target {
+	tg := w.Obj()
+	tg.Spec.Slurm.ContainerRuntime = rt
+	if tg.Spec.Images != nil {
+		tg.Spec.Images.HostEnvironment = nil
+	}
+	return tg
 }

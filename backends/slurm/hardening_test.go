@@ -42,15 +42,16 @@ func TestWorkDir(t *testing.T) {
 	cases := map[string]struct {
 		template, user, want, wantErr string
 	}{
-		"unset: the submitter's default": {template: "", user: "alice", want: ""},
+		"unset: in the user's home":      {template: "", user: "alice", want: "/home/alice/.trainyard"},
 		"per user":                       {template: "/scratch/%u/trainyard", user: "alice", want: "/scratch/alice/trainyard"},
 		"twice":                          {template: "/fs/%u/jobs-%u", user: "bob", want: "/fs/bob/jobs-bob"},
 		"trailing slash":                 {template: "/scratch/%u/", user: "alice", want: "/scratch/alice"},
-		"no placeholder":                 {template: "/shared/trainyard", user: "alice", want: "/shared/trainyard"},
+		"no placeholder: the user's own": {template: "/shared/trainyard", user: "alice", want: "/shared/trainyard/alice"},
+		"no placeholder, trailing slash": {template: "/shared/", user: "alice", want: "/shared/alice"},
 		"relative":                       {template: "scratch/%u", user: "alice", wantErr: "clean absolute path"},
 		"climbing":                       {template: "/scratch/%u/../root", user: "alice", wantErr: "clean absolute path"},
 		"double slash":                   {template: "/scratch//%u", user: "alice", wantErr: "clean absolute path"},
-		"the root":                       {template: "/", user: "alice", wantErr: "clean absolute path"},
+		"the root: the user's own below": {template: "/", user: "alice", want: "/alice"},
 		"another placeholder":            {template: "/scratch/%j", user: "alice", wantErr: "clean absolute path"},
 		"a user that climbs":             {template: "/scratch/%u", user: "..", wantErr: "not a valid Unix user"},
 		"a user with a slash":            {template: "/scratch/%u", user: "a/b", wantErr: "not a valid Unix user"},
@@ -94,8 +95,9 @@ func TestRenderJobFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.WorkDir != "" || !containsString(j.Env, EnvWorkDir+"=/tmp") || !containsString(j.Env, EnvRetentionDays+"=7") {
-		t.Errorf("without workDir: WorkDir %q env %q, want the default /tmp and 7 days", j.WorkDir, j.Env)
+	home := "/home/" + j.User + "/.trainyard"
+	if j.WorkDir != home || !containsString(j.Env, EnvWorkDir+"="+home) || !containsString(j.Env, EnvRetentionDays+"=7") {
+		t.Errorf("without workDir: WorkDir %q env %q, want %s and 7 days", j.WorkDir, j.Env, home)
 	}
 }
 

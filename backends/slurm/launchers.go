@@ -33,9 +33,9 @@ const (
 // file the job and its steps create private to the job's user (srun passes
 // the umask on to the tasks).
 //
-// Then it looks after the work directory (TRAINYARD_WORKDIR, the Target's
-// spec.slurm.workDir for this user, or /tmp): a work directory the user owns
-// is made 0700; the job's own output files (Slurm's %x.%j.out/.err, opened
+// Then it looks after the work directory (TRAINYARD_WORKDIR, the user's own
+// directory WorkDir gives, which exists before the job starts: workdir.go):
+// a work directory the user owns is made 0700; the job's own output files (Slurm's %x.%j.out/.err, opened
 // before the script runs) are made 0600; and the user's trainyard output and
 // private job directories older than TRAINYARD_RETENTION_DAYS are removed.
 // Only files the user owns are touched, by the user, never through a link.

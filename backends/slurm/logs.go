@@ -10,13 +10,24 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 )
 
+// ErrOutputExpired: the job ended longer ago than its Target keeps output
+// (spec.slurm.outputRetentionDays).
+var ErrOutputExpired = errors.New("the logs are no longer kept")
+
 // Logs reads the end of a job's output files (stdout, then stderr when it
-// has any, headed like tail(1) does for several files) below OutputRoot.
+// has any, headed like tail(1) does for several files) below OutputRoot,
+// for spec.slurm.outputRetentionDays after the job ended: from slurmctld's
+// record of the job, and once slurmctld has forgotten it (MinJobAge) from
+// accounting's (jobOfLogs).
 //
 // The agent may read more than the job's user can, and the files live in
 // a directory the user writes, so a file is read only if it is a regular
@@ -30,15 +41,27 @@ func (b *Backend) Logs(ctx context.Context, d *v1alpha1.Dispatch, o backends.Log
 	if o.Replica != "" {
 		return nil, fmt.Errorf("a Slurm job writes one output for all its tasks; drop --replica %q", o.Replica)
 	}
-	j, err := b.find(ctx, d, remoteID(d))
-	if errors.Is(err, ErrJobNotFound) {
-		return nil, fmt.Errorf("%w: %w", backends.ErrNotFound, err)
+	if d.Status.Remote == nil {
+		return nil, fmt.Errorf("%w: dispatch %s has no Slurm job yet", backends.ErrNotFound, d.Name)
 	}
+	t, err := b.target(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if j.UserID == nil {
-		return nil, fmt.Errorf("slurm job %d reports no user id", j.JobID)
+	days := t.Spec.Slurm.RetentionDays()
+	// The agent's own record first: past the retention the answer needs
+	// neither slurmctld nor an accounting record slurmdbd may have purged.
+	if err := expiry(d.Status.Remote.ID, d.Status.CompletionTime, days, b.now()); err != nil {
+		return nil, err
+	}
+	j, uid, err := b.jobOfLogs(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	if d.Status.CompletionTime == nil && Ended(j) {
+		if err := expiry(d.Status.Remote.ID, unixTime(j.EndTime), days, b.now()); err != nil {
+			return nil, err
+		}
 	}
 	var parts [][]byte
 	var sources []string
@@ -48,8 +71,11 @@ func (b *Backend) Logs(ctx context.Context, d *v1alpha1.Dispatch, o backends.Log
 		if err != nil {
 			return nil, err
 		}
-		data, cut, err := readOwnedTail(b.OutputRoot, path, uint32(*j.UserID), o.LimitBytes)
+		data, cut, err := readOwnedTail(b.OutputRoot, path, uid, o.LimitBytes)
 		if errors.Is(err, os.ErrNotExist) && i == 0 {
+			if Ended(j) {
+				return nil, fmt.Errorf("%w: slurm job %d left no output (%s is gone; state %s)", backends.ErrNotFound, j.JobID, path, strings.Join(j.JobState, ","))
+			}
 			return nil, fmt.Errorf("%w: slurm job %d has no output yet (%s; state %s)", backends.ErrNotFound, j.JobID, path, strings.Join(j.JobState, ","))
 		}
 		if errors.Is(err, os.ErrNotExist) || (i > 0 && len(data) == 0) {
@@ -77,7 +103,86 @@ func (b *Backend) Logs(ctx context.Context, d *v1alpha1.Dispatch, o backends.Log
 	return &backends.Logs{Source: fmt.Sprintf("slurm job %d: %s", j.JobID, strings.Join(sources, ", ")), Data: out, Truncated: truncated}, nil
 }
 
-// outputPath is where Render told Slurm to write a job's stream ("%x.%j.<ext>"
+// jobOfLogs finds d's job for Logs and the user its output files must
+// belong to: slurmctld's record while it has one; once slurmctld has
+// forgotten the job, accounting's record of the job trainyard submitted
+// for d (its recorded id and d's comment), whose user id accounting does
+// not keep: the agent recorded it in d's status while slurmctld knew the
+// job (status.remote.userID).
+func (b *Backend) jobOfLogs(ctx context.Context, d *v1alpha1.Dispatch) (*JobInfo, uint32, error) {
+	id := remoteID(d)
+	j, err := b.find(ctx, d, id)
+	switch {
+	case err == nil && j.UserID == nil:
+		return nil, 0, fmt.Errorf("slurm job %d reports no user id", j.JobID)
+	case err == nil:
+		return j, uint32(*j.UserID), nil
+	case !errors.Is(err, ErrJobNotFound):
+		return nil, 0, err
+	case id <= 0:
+		return nil, 0, fmt.Errorf("%w: %w", backends.ErrNotFound, err)
+	}
+	j, err = b.Client.AccountedJob(ctx, id, Comment(d))
+	switch {
+	case errors.Is(err, ErrNoAccounting):
+		return nil, 0, fmt.Errorf("%w: slurmctld no longer knows slurm job %d, and this cluster's slurmrestd serves no accounting (slurmdbd) that would", backends.ErrNotFound, id)
+	case errors.Is(err, ErrJobNotFound):
+		return nil, 0, fmt.Errorf("%w: neither slurmctld nor accounting knows slurm job %d any more", backends.ErrNotFound, id)
+	case err != nil:
+		return nil, 0, err
+	}
+	uid := d.Status.Remote.UserID
+	if uid == nil {
+		return nil, 0, fmt.Errorf("slurm job %d: slurmctld forgot it before the agent recorded its user, so its output cannot be checked and is not read", id)
+	}
+	if err := sameOutput(j); err != nil {
+		return nil, 0, err
+	}
+	return j, uint32(*uid), nil
+}
+
+// sameOutput checks the paths Slurm reports for j's streams, where it
+// reports them, against Render's: the template itself (accounting keeps
+// it as the job asked) or outputPath's expansion of it (slurmctld's
+// answer). A job that asked for other files is not the one trainyard
+// submitted, and no file is read for it.
+func sameOutput(j *JobInfo) error {
+	for _, s := range []struct{ ext, reported string }{{"out", j.StandardOutput}, {"err", j.StandardError}} {
+		want, err := outputPath(j, s.ext)
+		if err != nil {
+			return err
+		}
+		if s.reported != "" && s.reported != outputTemplate(s.ext) && s.reported != want {
+			return fmt.Errorf("slurm job %d wrote its output to %s, not where trainyard told Slurm to (%s); not reading it", j.JobID, s.reported, want)
+		}
+	}
+	return nil
+}
+
+// outputTemplate is the path Render gives Slurm for a job's stream: the
+// job's name and id in its working directory.
+func outputTemplate(ext string) string { return "%x.%j." + ext }
+
+// expiry is ErrOutputExpired, with what a user needs to know, for a job
+// that ended at end (nil: not known to have ended) longer than days ago;
+// nil while its output is kept, and always for days 0 (kept for ever).
+func expiry(id string, end *metav1.Time, days int32, now time.Time) error {
+	if end == nil || days <= 0 {
+		return nil
+	}
+	age := now.Sub(end.Time)
+	if age < time.Duration(days)*24*time.Hour {
+		return nil
+	}
+	unit := "days"
+	if days == 1 {
+		unit = "day"
+	}
+	return fmt.Errorf("%w: Slurm job %s ended %s ago (%s), and this target keeps a job's output for %d %s after it ends (spec.slurm.outputRetentionDays)",
+		ErrOutputExpired, id, duration.HumanDuration(age), end.UTC().Format(time.RFC3339), days, unit)
+}
+
+// outputPath is where Render told Slurm to write a job's stream (outputTemplate
 // in the job's working directory). It is derived from the job's name and
 // id, never from a path a job reports, and must stay absolute and clean.
 func outputPath(j *JobInfo, ext string) (string, error) {

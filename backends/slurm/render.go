@@ -44,7 +44,7 @@ type Job struct {
 	GPUsPerNode      int64
 	TimeLimitMinutes int64 // 0: the partition's default
 	Env              []string
-	WorkDir          string // "": the submitter's default, /tmp
+	WorkDir          string // the user's private job directory (WorkDir)
 	StdoutPath       string
 	StderrPath       string
 	Script           string
@@ -56,6 +56,10 @@ type Job struct {
 	RequiredNodes []string
 	// MaxSwitches bounds the leaf switches of the allocation (0: no bound).
 	MaxSwitches int32
+	// After holds the job until that job (the one that makes its work
+	// directory, workdir.go) completed; slurmctld cancels it if that job
+	// fails. 0: none.
+	After int32
 }
 
 // CommentPrefix starts the comment of every job trainyard submits.
@@ -168,6 +172,15 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 	if err != nil {
 		return nil, rejected(d, err)
 	}
+	// Every task runs the trainer's image, or on a host that stands for
+	// it: an image the target cannot run is refused, never dropped.
+	image := trainerCtr.Image
+	if tr.Image != nil {
+		image = *tr.Image
+	}
+	if err := backends.ImageRuleOf(&t.Spec).Check(image); err != nil {
+		return nil, rejected(d, err)
+	}
 
 	tenantEnv, err := mergeEnv(trainerCtr.Env, tr.Env)
 	if err != nil {
@@ -201,12 +214,8 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 	}
 	env = append(env, jobFileEnv(st, workDir)...)
 	script := ScriptFor(st.ContainerRuntime, launcher)
-	if rt := st.ContainerRuntime; rt != "" && rt != v1alpha1.ContainerRuntimeNone {
-		image := trainerCtr.Image
-		if tr.Image != nil {
-			image = *tr.Image
-		}
-		cenv, err := containerEnv(st, launcher, starter, image, workDir, nodes)
+	if rt := st.ContainerRuntime; t.Spec.RunsContainers() {
+		cenv, err := containerEnv(st, launcher, starter, image, workDir)
 		if err != nil {
 			return nil, rejected(d, err)
 		}
@@ -239,8 +248,8 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		TimeLimitMinutes: minutes,
 		Env:              env,
 		WorkDir:          workDir,
-		StdoutPath:       "%x.%j.out",
-		StderrPath:       "%x.%j.err",
+		StdoutPath:       outputTemplate("out"),
+		StderrPath:       outputTemplate("err"),
 		Script:           script,
 		Launcher:         launcher,
 	}, nil
@@ -304,7 +313,8 @@ func account(st *v1alpha1.SlurmTarget, ns string) (*v1alpha1.SlurmAccount, error
 }
 
 // partitionFor maps the flavors Kueue assigned to the first pod set onto one
-// partition. With no flavor assigned, a target with a single partition uses it.
+// partition. With no flavor assigned, a target whose flavors all map to one
+// partition uses it.
 func partitionFor(st *v1alpha1.SlurmTarget, podSets []v1alpha1.PodSetPlacement) (string, error) {
 	var flavors []string
 	if len(podSets) > 0 {
@@ -314,8 +324,8 @@ func partitionFor(st *v1alpha1.SlurmTarget, podSets []v1alpha1.PodSetPlacement) 
 	}
 	sort.Strings(flavors)
 	if len(flavors) == 0 {
-		if len(st.Partitions) == 1 {
-			return st.Partitions[0].Partition, nil
+		if p := st.Partitions; len(p) > 0 && !slices.ContainsFunc(p, func(sp v1alpha1.SlurmPartition) bool { return sp.Partition != p[0].Partition }) {
+			return p[0].Partition, nil
 		}
 		return "", errors.New("no flavor assigned and the target has more than one partition")
 	}
@@ -450,21 +460,30 @@ func DecodeArgv(enc string) ([]string, error) {
 	return strings.Split(string(raw[:len(raw)-1]), "\x00"), nil
 }
 
-// DefaultRetentionDays applies when a Target leaves outputRetentionDays unset.
-const DefaultRetentionDays = 7
+// DefaultWorkDir is the job directory when the Target names none: a
+// directory of the user's own in their home, which no other user can
+// create or write, on the filesystem the cluster's nodes share.
+const DefaultWorkDir = "/home/%u/.trainyard"
 
-// WorkDir is the job directory of user on st: spec.slurm.workDir with %u
-// replaced by the user, or "" (the submitter's default, /tmp). The API
-// server validates the template; it is checked again here since the
-// agent must never hand Slurm a relative or climbing path.
+// WorkDir is the job directory of user on st, where the job runs and Slurm
+// writes its output: spec.slurm.workDir with %u replaced by the user, or
+// DefaultWorkDir. It is always the user's own: a template without %u gets
+// the user's name appended, so that no two users share a directory in
+// which one could create the other's output files first (as anyone can in
+// /tmp). The API server validates the template; it is checked again here
+// since the agent must never hand Slurm a relative or climbing path.
 func WorkDir(st *v1alpha1.SlurmTarget, user string) (string, error) {
-	if st.WorkDir == "" {
-		return "", nil
+	tmpl := st.WorkDir
+	if tmpl == "" {
+		tmpl = DefaultWorkDir
+	}
+	if !strings.Contains(tmpl, "%u") {
+		tmpl = strings.TrimSuffix(tmpl, "/") + "/%u"
 	}
 	if !userRE.MatchString(user) {
 		return "", fmt.Errorf("mapped user %q is not a valid Unix user name", user)
 	}
-	dir := strings.ReplaceAll(st.WorkDir, "%u", user)
+	dir := strings.ReplaceAll(tmpl, "%u", user)
 	if !workDirRE.MatchString(dir) || path.Clean(dir) != strings.TrimSuffix(dir, "/") || dir == "/" {
 		return "", fmt.Errorf("spec.slurm.workDir %q does not give a clean absolute path for user %s", st.WorkDir, user)
 	}
@@ -481,13 +500,7 @@ var (
 // which slurmstepd applies when it creates the output files (before the
 // script's own umask 077 can).
 func jobFileEnv(st *v1alpha1.SlurmTarget, workDir string) []string {
-	days := int32(DefaultRetentionDays)
-	if st.OutputRetentionDays != nil {
-		days = *st.OutputRetentionDays
-	}
-	if workDir == "" {
-		workDir = "/tmp"
-	}
+	days := st.RetentionDays()
 	return []string{"SLURM_UMASK=0077", EnvWorkDir + "=" + workDir, EnvRetentionDays + "=" + strconv.Itoa(int(days))}
 }
 

@@ -27,7 +27,10 @@ func target() *tytest.TargetWrapper {
 		SlurmPartition("cpu", "batch").
 		SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "svc_a", Account: "proj-a", QOS: "high"}).
 		SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-b", User: "svc_b"}).
-		SlurmLaunchers(v1alpha1.LauncherTorchrun, v1alpha1.LauncherMPI, v1alpha1.LauncherFlux)
+		SlurmLaunchers(v1alpha1.LauncherTorchrun, v1alpha1.LauncherMPI, v1alpha1.LauncherFlux).
+		// The test runtimes' images, as a site's module environment
+		// would stand for them.
+		HostImages("docker.io/pytorch/pytorch:*", "mpioperator/*")
 }
 
 type caseSpec struct {

@@ -68,6 +68,11 @@ func StatusOf(j *JobInfo) *backends.Status {
 		st.Message = where + " completed"
 		st.ExitCode = exitCode(j)
 		st.Replicas = []v1alpha1.ReplicaStatus{{Name: "node", Succeeded: nodeCount(j)}}
+	case has(j, "CANCELLED") && j.StateReason == "DependencyNeverSatisfied":
+		// Held after the job that makes its work directory (workdir.go),
+		// which failed: the job never started.
+		st.Phase, st.Reason = v1alpha1.DispatchFailed, v1alpha1.ReasonRemoteFailed
+		st.Message = fmt.Sprintf("%s never started: the job that makes its user's work directory (%s) failed; the user must be able to create it, or the administrator creates it (spec.slurm.workDir)", where, WorkDirJobName)
 	case has(j, "CANCELLED"):
 		st.Phase = v1alpha1.DispatchCancelled
 		st.Message = where + " cancelled"
@@ -77,6 +82,10 @@ func StatusOf(j *JobInfo) *backends.Status {
 		st.ExitCode = exitCode(j)
 		st.Reason, st.Message = failure(j, where)
 		st.Replicas = []v1alpha1.ReplicaStatus{{Name: "node", Failed: nodeCount(j)}}
+	}
+	if j.UserID != nil {
+		uid := int64(uint32(*j.UserID)) // slurmrestd prints uids as int32
+		st.UserID = &uid
 	}
 	if st.Phase.IsFinal() {
 		st.CompletionTime = unixTime(j.EndTime)

@@ -137,6 +137,8 @@ func withExit(j *JobInfo, rc, sig int64) *JobInfo {
 	return j
 }
 
+func withReason(j *JobInfo, reason string) *JobInfo { j.StateReason = reason; return j }
+
 func TestStatusOf(t *testing.T) {
 	requeued := job("PENDING")
 	requeued.RestartCount = 1
@@ -159,6 +161,7 @@ func TestStatusOf(t *testing.T) {
 		{"failed", withExit(job("FAILED"), 3, 0), v1alpha1.DispatchFailed, v1alpha1.ReasonRemoteFailed, 3, true, "exit code 3"},
 		{"killed by a signal", withExit(job("FAILED"), 0, 9), v1alpha1.DispatchFailed, v1alpha1.ReasonRemoteFailed, 137, true, "exit code 137"},
 		{"cancelled", withExit(job("CANCELLED"), 0, 15), v1alpha1.DispatchCancelled, "", 143, true, "cancelled"},
+		{"its work directory could not be made", withReason(job("CANCELLED"), "DependencyNeverSatisfied"), v1alpha1.DispatchFailed, v1alpha1.ReasonRemoteFailed, -1, true, "the job that makes its user's work directory (trainyard-workdir) failed"},
 		{"timeout", job("TIMEOUT"), v1alpha1.DispatchFailed, v1alpha1.ReasonSlurmTimeLimit, -1, true, "time limit"},
 		{"node failure", job("NODE_FAIL"), v1alpha1.DispatchFailed, v1alpha1.ReasonSlurmNodeFail, -1, true, "node"},
 		{"preempted", job("PREEMPTED"), v1alpha1.DispatchFailed, v1alpha1.ReasonSlurmPreempted, -1, true, "preempted"},

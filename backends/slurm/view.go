@@ -33,6 +33,7 @@ func (b *Backend) ListJobs(ctx context.Context) ([]JobInfo, error) {
 		// The kept list is still the cluster's as of at.
 		if b.lastUpdate == since && at.After(b.listedAt) {
 			b.listedAt = at
+			b.settledLocked()
 		}
 		return b.viewJobs, nil
 	}
@@ -49,7 +50,19 @@ func (b *Backend) ListJobs(ctx context.Context) ([]JobInfo, error) {
 		}
 	}
 	b.listed, b.listedAt, b.view, b.viewJobs, b.lastUpdate = byComment, at, byID, l.Jobs, l.LastUpdate
+	b.settledLocked()
 	return l.Jobs, nil
+}
+
+// settledLocked drops the uncertain submits the kept list settles: one
+// begun SubmitSettle after such a submit shows its job if it was made, so
+// known answers from the list alone, with or without the entry.
+func (b *Backend) settledLocked() {
+	for c, at := range b.uncertain {
+		if b.listedAt.After(at.Add(b.settle())) {
+			delete(b.uncertain, c)
+		}
+	}
 }
 
 // errNotInView: the view cannot say; read the job.

@@ -84,6 +84,7 @@ func countingBackend(t *testing.T) (*Backend, *countingSlurmrestd, *clocktesting
 	clk := clocktesting.NewFakeClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	b := NewBackend(c, func(context.Context) (*v1alpha1.Target, error) { return target().Obj(), nil })
 	b.Clock, b.created = clk, clk.Now()
+	seeWorkDirs(t, b)
 	return b, f, clk
 }
 
@@ -109,6 +110,9 @@ func TestObserveReadsTheList(t *testing.T) {
 	if err != nil || st.Phase != v1alpha1.DispatchSubmitted {
 		t.Fatalf("Observe right after the submit = %+v, %v; want Submitted", st, err)
 	}
+	if len(b.submitted) != 1 || len(b.submittedAt) != 1 {
+		t.Fatal("the submit was forgotten before a list showed its job")
+	}
 
 	clk.Step(time.Second)
 	if _, err := b.ListJobs(ctx); err != nil {
@@ -126,6 +130,9 @@ func TestObserveReadsTheList(t *testing.T) {
 		if st, err = b.Observe(ctx, d); err != nil || st.Phase != v1alpha1.DispatchRunning {
 			t.Fatalf("Observe from the list = %+v, %v; want Running", st, err)
 		}
+	}
+	if len(b.submitted)+len(b.submittedAt) != 0 {
+		t.Error("the submit is still remembered after a list showed its job and the Dispatch recorded it")
 	}
 	if n := f.count("GET job/<id>"); n != 0 {
 		t.Errorf("%d single-job GETs, want none: the list had the job", n)
