@@ -96,7 +96,7 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 		return ctrl.Result{RequeueAfter: leaseWait}, nil
 	}
 	if r.Lease.Fenced(d) {
-		return ctrl.Result{}, r.reportFenced(ctx, d)
+		return r.reportFenced(ctx, d)
 	}
 	if d.Status.Remote == nil {
 		if current, err := r.stillCurrent(ctx, d); err != nil || !current {
@@ -106,7 +106,7 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 	status := d.Status.DeepCopy()
 	submitErr := r.observe(ctx, d, status)
 	if stoppedByFence(d, status, r.Lease) {
-		return ctrl.Result{}, r.reportFenced(ctx, d)
+		return r.reportFenced(ctx, d)
 	}
 	events := r.events(&d.Status, status)
 	if err := r.writeStatus(ctx, d, status); err != nil {
@@ -157,11 +157,11 @@ func (r *DispatchReconciler) observe(ctx context.Context, d *v1alpha1.Dispatch, 
 			setPhase(status, v1alpha1.DispatchRejected, v1alpha1.ReasonRemoteRejected, err.Error(), now)
 			return nil
 		case err != nil:
-			// Transient: stay Pending, say why, and retry with backoff.
-			status.Message = "submit failed, retrying: " + err.Error()
-			return err
+			// Maybe transient: stay Pending, say why, and retry with
+			// backoff, within the bounds of submitFailed.
+			return submitFailed(ctx, status, err, now)
 		}
-		status.Remote = ref
+		status.Remote, status.SubmitFailures = ref, 0
 		setPhase(status, v1alpha1.DispatchSubmitted, v1alpha1.ReasonRemoteCreated, "remote work created", now)
 	}
 	start := time.Now()
@@ -177,6 +177,10 @@ func (r *DispatchReconciler) observe(ctx context.Context, d *v1alpha1.Dispatch, 
 	}
 	status.Replicas = st.Replicas
 	status.ExitCode = st.ExitCode
+	if st.UserID != nil && status.Remote != nil && status.Remote.UserID == nil {
+		// Kept for `trainyard logs` once the backend has forgotten the work.
+		status.Remote.UserID = st.UserID
+	}
 	if st.StartTime != nil && status.StartTime == nil {
 		status.StartTime = st.StartTime
 	}
@@ -257,18 +261,26 @@ func (r *DispatchReconciler) writeRecorded(d *v1alpha1.Dispatch, write func() er
 }
 
 // reportFenced says on d that the agent stopped its remote work when its
-// lease ran out; the hub requeues the job.
-func (r *DispatchReconciler) reportFenced(ctx context.Context, d *v1alpha1.Dispatch) error {
+// lease ran out; the hub requeues the job. It says so only once every
+// process of that work has ended (the backend's Cancel, which also stops
+// whatever the fence's delete left), so the requeued copy never overlaps it.
+func (r *DispatchReconciler) reportFenced(ctx context.Context, d *v1alpha1.Dispatch) (ctrl.Result, error) {
+	start := time.Now()
+	gone, err := r.Backend.Cancel(ctx, d)
+	metrics.BackendCall(r.Backend, metrics.OpCancel, start, err != nil)
+	if err != nil || !gone {
+		return ctrl.Result{RequeueAfter: time.Second}, err
+	}
 	status := d.Status.DeepCopy()
 	setPhase(status, v1alpha1.DispatchFailed, v1alpha1.ReasonAgentFenced,
 		"the agent could not renew its lease on the hub and stopped the remote work", metav1.NewTime(r.Clock.Now()))
 	if err := r.writeStatus(ctx, d, status); err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	r.event(d, dispatchEvent{corev1.EventTypeWarning, EventSelfFenced,
 		"stopped the remote work: the agent could not renew its lease on the hub"})
 	r.Lease.Reported(d)
-	return nil
+	return ctrl.Result{}, nil
 }
 
 // stillCurrent reads d live: remote work is made only for a Dispatch that

@@ -269,23 +269,19 @@ func TestReconcileSubmit(t *testing.T) {
 			wantWrites: 1,
 		},
 		"a transient submit error is retried": {
-			dispatch: fresh,
-			prepare:  func(b *fakeBackend, _ *v1alpha1.Dispatch) { b.submitErr = errors.New("connection refused") },
-			passes:   2,
-			wantErr:  true, // controller-runtime retries with backoff
-			want: ours(withStatus(dispatch(), func(s *v1alpha1.DispatchStatus) {
-				*s = v1alpha1.DispatchStatus{Message: "submit failed, retrying: connection refused", ObservedAttempt: 1}
-			})),
+			dispatch:   fresh,
+			prepare:    func(b *fakeBackend, _ *v1alpha1.Dispatch) { b.submitErr = errors.New("connection refused") },
+			passes:     2,
+			wantErr:    true, // controller-runtime retries with backoff
+			want:       ours(failingSince(dispatch(), 2, 0, "connection refused")),
 			wantCalls:  fakeCalls{Submit: 2},
-			wantWrites: 1,
+			wantWrites: 2, // each failure is counted (submit_failures.go)
 		},
 		"a transient error keeps an earlier phase": {
-			dispatch: withStatus(dispatch(), func(s *v1alpha1.DispatchStatus) { s.Phase = v1alpha1.DispatchPending }),
-			prepare:  func(b *fakeBackend, _ *v1alpha1.Dispatch) { b.submitErr = errors.New("timeout") },
-			wantErr:  true,
-			want: ours(withStatus(dispatch(), func(s *v1alpha1.DispatchStatus) {
-				*s = v1alpha1.DispatchStatus{Phase: v1alpha1.DispatchPending, Message: "submit failed, retrying: timeout", ObservedAttempt: 1}
-			})),
+			dispatch:   withStatus(dispatch(), func(s *v1alpha1.DispatchStatus) { s.Phase = v1alpha1.DispatchPending }),
+			prepare:    func(b *fakeBackend, _ *v1alpha1.Dispatch) { b.submitErr = errors.New("timeout") },
+			wantErr:    true,
+			want:       ours(failingSince(dispatch(), 1, 0, "timeout").Phase(v1alpha1.DispatchPending)),
 			wantCalls:  fakeCalls{Submit: 1},
 			wantWrites: 1,
 		},
@@ -413,6 +409,23 @@ func TestReconcileObserve(t *testing.T) {
 			want:       ours(running(dispatch())),
 			wantCalls:  fakeCalls{Observe: 1},
 			checkLTT:   true,
+		},
+		"the user the remote work runs as is recorded": {
+			dispatch:   ours(running(dispatch())),
+			prepare:    put(backends.Status{Phase: v1alpha1.DispatchRunning, UserID: ptr.To[int64](1001)}),
+			wantResult: ctrl.Result{RequeueAfter: resync},
+			want:       withStatus(ours(running(dispatch())), func(s *v1alpha1.DispatchStatus) { s.Remote.UserID = ptr.To[int64](1001) }),
+			wantCalls:  fakeCalls{Observe: 1},
+			wantWrites: 1,
+			wantRemote: remoteOf(d),
+		},
+		"a recorded user is kept": {
+			dispatch:   withStatus(ours(running(dispatch())), func(s *v1alpha1.DispatchStatus) { s.Remote.UserID = ptr.To[int64](1001) }),
+			prepare:    put(backends.Status{Phase: v1alpha1.DispatchRunning, UserID: ptr.To[int64](2002)}),
+			wantResult: ctrl.Result{RequeueAfter: resync},
+			want:       withStatus(ours(running(dispatch())), func(s *v1alpha1.DispatchStatus) { s.Remote.UserID = ptr.To[int64](1001) }),
+			wantCalls:  fakeCalls{Observe: 1},
+			wantRemote: remoteOf(d),
 		},
 		"a backend phase left empty changes nothing": {
 			dispatch:   ours(submitted(dispatch())),

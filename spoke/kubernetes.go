@@ -52,8 +52,10 @@ type KubernetesOptions struct {
 	Spoke                  *rest.Config
 	MetricsAddr, ProbeAddr string
 	LeaderElect            bool
-	QPS                    float32
-	Burst                  int
+	// Election is where the replicas elect their leader (nil: the hub).
+	Election Election
+	QPS      float32
+	Burst    int
 	// Agent tunes the agent loop; Target, Namespace and Backend are filled in.
 	Agent Options
 	// SkipNameValidation lets a process build the same agent twice, as
@@ -102,7 +104,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	}
 	ns := t.Spec.Agent.Namespace
 	mgr, err := newAgentManager(hubCfg, t, managerOptions{metricsAddr: o.MetricsAddr, probeAddr: o.ProbeAddr, leaderElect: o.LeaderElect,
-		skipNameValidation: o.SkipNameValidation, leaseDuration: o.Agent.LeaseDuration})
+		skipNameValidation: o.SkipNameValidation, leaseDuration: o.Agent.LeaseDuration, election: o.Election})
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +123,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	opts.Target, opts.Namespace = t.Name, ns
 	opts.Caches = append(opts.Caches, spoke.GetCache())
 	k := t.Spec.Kubernetes
-	settings := kubework.SettingsOf(k)
+	settings := kubework.SettingsOf(&t.Spec)
 	binding, err := tenantBinding(ctx, logs, o.TenantRole)
 	if err != nil {
 		return nil, err
@@ -205,13 +207,29 @@ type managerOptions struct {
 	leaderElect, skipNameValidation bool
 	// leaseDuration is the agent's lease on the hub (Options.LeaseDuration).
 	leaseDuration time.Duration
+	election      Election
 }
 
-// leaderElection times the agents' leader election after the lease: an
-// elected replica cut off from the hub stops its remote work when the
-// lease runs out, and only leadershipSlack later gives up leading (and
-// exits), so it never exits with its work still running. A standby takes
-// over once that is done.
+// Election is where an agent's replicas elect their leader. In the
+// cluster the agent runs in (the chart's default: the pod's own cluster
+// and namespace), a hub outage or a cut to the hub never costs the leader
+// its leadership: a leader that lost it would exit, and a process that
+// cannot read its Target from the hub cannot start again, so nothing would
+// be left to stop the work of a Requeue target when its fence deadline
+// came. On the hub (Config nil) the election is timed to ride out short
+// hub outages (leaderElection).
+type Election struct {
+	// Config of the cluster that holds the lock; nil: the hub.
+	Config *rest.Config
+	// Namespace of the lock; empty: the pod's namespace (in a cluster), or
+	// the agent namespace on the hub.
+	Namespace string
+}
+
+// leaderElection times an election held on the hub after the lease: a
+// leader rides out a hub outage shorter than the lease plus
+// leadershipSlack, and a standby takes over from a leader that died in
+// lease plus twice that.
 func leaderElection(lease time.Duration) (leaseDuration, renewDeadline time.Duration) {
 	if lease == 0 {
 		lease = DefaultLeaseDuration
@@ -219,8 +237,7 @@ func leaderElection(lease time.Duration) (leaseDuration, renewDeadline time.Dura
 	return lease + 2*leadershipSlack, lease + leadershipSlack
 }
 
-// leadershipSlack is how long an elected agent keeps leading after its lease
-// ran out: time to list and stop its remote work.
+// leadershipSlack: see leaderElection.
 const leadershipSlack = 10 * time.Second
 
 // newAgentManager builds the hub-side manager of an agent: it may only
@@ -231,9 +248,18 @@ func newAgentManager(hubCfg *rest.Config, t *v1alpha1.Target, o managerOptions) 
 	hubCfg = rest.CopyConfig(hubCfg)
 	hubCfg.Wrap(metrics.CountWriteErrors) // failed writes to the hub, in api_write_errors_total
 	leDuration, leRenew := leaderElection(o.leaseDuration)
+	electionNS := ns
+	var electionCfg *rest.Config
+	if o.election.Config != nil {
+		// controller-runtime's timing (15 s lease, 10 s renew deadline):
+		// a hub outage cannot reach this lock.
+		electionCfg, electionNS = o.election.Config, o.election.Namespace
+		leDuration, leRenew = 15*time.Second, 10*time.Second
+	}
 	mgr, err := ctrl.NewManager(hubCfg, ctrl.Options{
 		LeaseDuration:           &leDuration,
 		RenewDeadline:           &leRenew,
+		LeaderElectionConfig:    electionCfg,
 		Scheme:                  HubScheme(),
 		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
 		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&v1alpha1.Target{}, &corev1.Secret{}}}},
@@ -241,7 +267,7 @@ func newAgentManager(hubCfg *rest.Config, t *v1alpha1.Target, o managerOptions) 
 		HealthProbeBindAddress:  orOff(o.probeAddr),
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "trainyard-agent-" + t.Name,
-		LeaderElectionNamespace: ns,
+		LeaderElectionNamespace: electionNS,
 		// A replica that stops gracefully hands leadership over at once;
 		// its remote work keeps running and the successor adopts it.
 		LeaderElectionReleaseOnCancel: true,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -50,27 +52,56 @@ func cutHub(cut *bool, objs ...client.Object) client.WithWatch {
 	}).Build()
 }
 
+// testFenceAfter is the tests' fence deadline: longer than the lease, as
+// in production.
+const testFenceAfter = 2 * time.Minute
+
 func newTestLease(hub client.Client, clk *testingclock.FakeClock, be *fakeBackend) *Lease {
 	l := &Lease{Hub: hub, Reader: hub, Namespace: agentNS, Target: testTarget, Duration: testLease,
-		RenewInterval: 10 * time.Second, Clock: clk, Lister: be}
+		RenewInterval: 10 * time.Second, FenceAfter: testFenceAfter, Clock: clk, Lister: be}
 	l.init()
 	return l
 }
 
+// watchdog is one look of the watchdog in Start: it fences only when it
+// must.
+func watchdog(t *testing.T, l *Lease) {
+	t.Helper()
+	if !l.check() && l.mustFence() {
+		if err := l.fence(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestLeaseSelfFence: an agent that cannot renew for its lease duration
-// stops all remote work of its namespace, and only then; renewals measure
-// from when they were sent, on the agent's own clock.
+// starts no new work, and keeps running what runs. Only on a target whose
+// leaseLoss is Requeue, and only after the fence deadline, does it stop the
+// work of its namespace that has not finished. Renewals measure from when
+// they were sent, on the agent's own clock.
 func TestLeaseSelfFence(t *testing.T) {
+	cut := func(d time.Duration) []bool {
+		r := []bool{true}
+		for range int(d / (10 * time.Second)) {
+			r = append(r, false)
+		}
+		return r
+	}
+	all := []string{"r-1", "r-done", "r-other"}
 	cases := map[string]struct {
 		// renewals: at each 10 s step, whether the hub answers.
 		reachable []bool
+		policy    v1alpha1.LeaseLossPolicy
 		wantHeld  bool
 		wantLeft  []string
 	}{
-		"renewing on time":                  {reachable: []bool{true, true, true, true, true, true}, wantHeld: true, wantLeft: []string{"r-1", "r-other"}},
-		"cut for 30 s keeps the work":       {reachable: []bool{true, false, false, false}, wantHeld: true, wantLeft: []string{"r-1", "r-other"}},
-		"cut for 40 s stops it":             {reachable: []bool{true, false, false, false, false}, wantLeft: []string{"r-other"}},
-		"never reached the hub since start": {reachable: []bool{false, false, false, false, false}, wantLeft: []string{"r-other"}},
+		"renewing on time":                                  {reachable: []bool{true, true, true, true, true, true}, wantHeld: true, wantLeft: all},
+		"cut for 30 s keeps the work":                       {reachable: cut(30 * time.Second), wantHeld: true, wantLeft: all},
+		"cut for 40 s: nothing new, work runs on":           {reachable: cut(40 * time.Second), wantLeft: all},
+		"cut for 110 s: work runs on":                       {reachable: cut(110 * time.Second), wantLeft: all},
+		"cut for 2 min on Requeue: unfinished work stopped": {reachable: cut(testFenceAfter), wantLeft: []string{"r-done", "r-other"}},
+		"cut for 10 min on Hold: nothing stopped":           {reachable: cut(10 * time.Minute), policy: v1alpha1.LeaseLossHold, wantLeft: all},
+		"never reached the hub since start":                 {reachable: append([]bool{false}, cut(testFenceAfter)[1:]...), wantLeft: []string{"r-done", "r-other"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -79,19 +110,21 @@ func TestLeaseSelfFence(t *testing.T) {
 			clk := testingclock.NewFakeClock(t0)
 			be := newFakeBackend()
 			be.putWork(work("r-1", agentNS, "d1", 1))
+			done := work("r-done", agentNS, "d2", 1)
+			done.Finished = true
+			be.putWork(done)
 			be.putWork(work("r-other", "trainyard-gpu-b", "d9", 1))
 			l := newTestLease(hub, clk, be)
+			if tc.policy != "" {
+				l.Policy = func(context.Context) (v1alpha1.LeaseLossPolicy, error) { return tc.policy, nil }
+			}
 			for i, ok := range tc.reachable {
 				if i > 0 {
 					clk.Step(10 * time.Second)
 				}
 				cut = !ok
 				_ = l.renew(context.Background())
-			}
-			if !l.check() {
-				if err := l.fence(context.Background()); err != nil {
-					t.Fatal(err)
-				}
+				watchdog(t, l)
 			}
 			if l.Held() != tc.wantHeld {
 				t.Errorf("held = %v, want %v", l.Held(), tc.wantHeld)
@@ -100,12 +133,71 @@ func TestLeaseSelfFence(t *testing.T) {
 				t.Errorf("remote work left (-want +got):\n%s", diff)
 			}
 			d := dispatch().Attempt(1).Obj()
-			if got, want := l.Fenced(d), !tc.wantHeld; got != want {
+			if got, want := l.Fenced(d), !slices.Contains(tc.wantLeft, "r-1"); got != want {
 				t.Errorf("Fenced(d1) = %v, want %v", got, want)
 			}
 		})
 	}
 }
+
+// TestLeaseSaysWhatTheAgentEnforces: every renewal writes the policy the
+// agent enforces, its fence deadline and its stop bound; a Requeue is
+// enforced from the moment it is written (the write may land though the
+// agent never hears so), a Hold only once it was written.
+func TestLeaseSaysWhatTheAgentEnforces(t *testing.T) {
+	cut := false
+	hub := cutHub(&cut)
+	clk := testingclock.NewFakeClock(t0)
+	l := newTestLease(hub, clk, newFakeBackend())
+	l.Stop = stopBound(45 * time.Second)
+	policy := v1alpha1.LeaseLossHold
+	l.Policy = func(context.Context) (v1alpha1.LeaseLossPolicy, error) { return policy, nil }
+	if err := l.renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var lease coordinationv1.Lease
+	if err := hub.Get(context.Background(), client.ObjectKey{Namespace: agentNS, Name: v1alpha1.LeaseName(testTarget)}, &lease); err != nil {
+		t.Fatal(err)
+	}
+	want := v1alpha1.Advertised{FenceAfter: testFenceAfter, StopWithin: 45 * time.Second}
+	if diff := cmp.Diff(want, v1alpha1.AdvertisedBy(&lease)); diff != "" {
+		t.Errorf("advertised (-want +got):\n%s", diff)
+	}
+	if l.mayRequeue {
+		t.Error("after writing Hold the agent still fences")
+	}
+	policy, cut = v1alpha1.LeaseLossRequeue, true
+	_ = l.renew(context.Background())
+	if l.mayRequeue {
+		t.Error("a Requeue read while the hub is cut made the agent fence; the read failed, nothing was written")
+	}
+	cut = false
+	failUpdate := true
+	l.Hub = interceptor.NewClient(hub.(client.WithWatch), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
+			if failUpdate {
+				return errors.New("timeout awaiting response headers")
+			}
+			return c.Update(ctx, o, opts...)
+		}})
+	if err := l.renew(context.Background()); err == nil {
+		t.Fatal("renewed through a failing update")
+	}
+	if !l.mayRequeue {
+		t.Error("a Requeue write that may have landed did not make the agent fence")
+	}
+	standby := newTestLease(hub, clk, newFakeBackend())
+	if err := standby.watch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if standby.mayRequeue {
+		t.Error("a standby reading a Lease that says Hold fences")
+	}
+}
+
+type stopBound time.Duration
+
+func (s stopBound) StopWithin() time.Duration { return time.Duration(s) }
 
 // TestLeaseStandbyEvidence: a replica that does not renew counts a renewal
 // from the send time of the last read that still showed the old version.
@@ -153,9 +245,9 @@ func TestFencedDispatchIsReported(t *testing.T) {
 	r := &DispatchReconciler{Hub: hub, Target: testTarget, Backend: be, Clock: clk, Resync: time.Minute, Lease: l}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(d)}
 
-	clk.Step(testLease)
-	if l.check() {
-		t.Fatal("lease held without a renewal")
+	clk.Step(testFenceAfter)
+	if l.check() || !l.mustFence() {
+		t.Fatal("lease held, or no fence due, a fence deadline without a renewal")
 	}
 	if err := l.fence(context.Background()); err != nil {
 		t.Fatal(err)
@@ -199,9 +291,9 @@ func TestFenceDuringAPassIsNotALoss(t *testing.T) {
 	be.put(d, backends.Status{Phase: v1alpha1.DispatchRunning})
 	l := newTestLease(hub, clk, be)
 	be.beforeObserve = func() {
-		clk.Step(testLease)
-		if l.check() {
-			t.Error("lease held without a renewal")
+		clk.Step(testFenceAfter)
+		if l.check() || !l.mustFence() {
+			t.Error("lease held, or no fence due, a fence deadline without a renewal")
 		}
 		if err := l.fence(context.Background()); err != nil {
 			t.Error(err)
@@ -263,6 +355,54 @@ func TestWorkStoppedBeforeARestartIsReportedAsFenced(t *testing.T) {
 	}
 }
 
+// TestWorkAStandbyStoppedIsReportedAsFenced: with two replicas, both cut
+// off from the hub, the standby (whose evidence trails the leader's by up to
+// a read interval) reaches the fence deadline first and stops the work; the
+// leader remembers nothing of it. Once the leader reaches the hub again, the
+// work it finds gone is fenced (the hub requeues), not lost (the TrainJob
+// fails), even when the cut ended just before its own deadline. A cut well
+// short of the deadline leaves a disappearance a loss.
+func TestWorkAStandbyStoppedIsReportedAsFenced(t *testing.T) {
+	cases := map[string]struct {
+		cut        time.Duration
+		wantReason string
+	}{
+		"past the leader's deadline": {cut: testFenceAfter + time.Second, wantReason: v1alpha1.ReasonAgentFenced},
+		"one read short of it":       {cut: testFenceAfter - 10*time.Second, wantReason: v1alpha1.ReasonAgentFenced},
+		"well short of it":           {cut: testFenceAfter / 2, wantReason: v1alpha1.ReasonRemoteMissing},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := running(ours(dispatch()).Attempt(1)).Obj()
+			hub := newHub(&hubRecorder{}, d)
+			clk := testingclock.NewFakeClock(t0)
+			be := newFakeBackend()
+			be.put(d, backends.Status{Phase: v1alpha1.DispatchRunning})
+			leader := newTestLease(hub, clk, be)
+			if err := leader.renew(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// Cut off: no renewal succeeds.
+			for step := time.Duration(0); step < tc.cut; step += time.Second {
+				clk.Step(time.Second)
+				leader.markLapse()
+				leader.check()
+			}
+			// The standby's fence, which the leader does not see.
+			if err := be.Delete(context.Background(), backends.RemoteWork{Ref: fakeRef(d), DispatchNamespace: d.Namespace, DispatchName: d.Name, Attempt: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if err := leader.renew(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := reconcileWithLease(t, hub, be, clk, leader, d)
+			if got.Status.Reason != tc.wantReason {
+				t.Errorf("status = %s/%s, want reason %s", got.Status.Phase, got.Status.Reason, tc.wantReason)
+			}
+		})
+	}
+}
+
 // reconcileWithLease runs one pass of a reconciler that holds l over d and
 // returns d as the hub holds it afterwards.
 func reconcileWithLease(t *testing.T, hub client.Client, be *fakeBackend, clk *testingclock.FakeClock, l *Lease, d *v1alpha1.Dispatch) v1alpha1.Dispatch {
@@ -312,5 +452,31 @@ func TestLeaseReady(t *testing.T) {
 	_ = leader.renew(context.Background())
 	if err := ready(leader); err == nil {
 		t.Error("ready a whole lease after the last renewal")
+	}
+}
+
+// TestFenceAnnouncesOnce: work whose processes take a while to end is
+// listed, and deleted, again by each pass; it is counted and announced once.
+func TestFenceAnnouncesOnce(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	be := newFakeBackend()
+	rec := record.NewFakeRecorder(10)
+	l := newTestLease(cutHub(new(bool)), clk, be)
+	l.Recorder = rec
+	w := work("r-1", agentNS, "d1", 1)
+	for pass := range 3 {
+		be.putWork(w) // still Terminating: listed again
+		if err := l.fence(context.Background()); err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+	}
+	if got := len(be.calls.Deleted); got != 3 {
+		t.Errorf("%d deletes, want one a pass (3)", got)
+	}
+	if got := len(rec.Events); got != 1 {
+		t.Errorf("%d SelfFenced events, want 1", got)
+	}
+	if !l.Fenced(dispatch().Attempt(1).Obj()) {
+		t.Error("the stopped attempt is not remembered")
 	}
 }

@@ -1,13 +1,16 @@
 package spoke
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -48,8 +51,11 @@ type Options struct {
 	// HeartbeatKick, when set, triggers a heartbeat between intervals.
 	HeartbeatKick <-chan struct{}
 	// LeaseDuration: without a renewal of its lease on the hub for this
-	// long, the agent stops its remote work (DefaultLeaseDuration).
+	// long, the agent starts no new remote work (DefaultLeaseDuration).
 	LeaseDuration time.Duration
+	// FenceAfter: on a target whose leaseLoss is Requeue, the agent stops
+	// its running work after this long without a renewal (DefaultFenceAfter).
+	FenceAfter time.Duration
 	// LeaseRenewInterval paces renewals (DefaultLeaseRenewInterval).
 	LeaseRenewInterval time.Duration
 	// FenceMaxDeletes bounds one fence pass (DefaultFenceMaxDeletes).
@@ -153,9 +159,20 @@ func newLease(mgr ctrl.Manager, opts Options) *Lease {
 		// Four renewals per lease: three may be lost before it runs out.
 		opts.LeaseRenewInterval = min(DefaultLeaseRenewInterval, opts.LeaseDuration/4)
 	}
-	l := &Lease{Hub: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: opts.Namespace, Target: opts.Target,
-		Duration: opts.LeaseDuration, RenewInterval: opts.LeaseRenewInterval, Clock: opts.Clock,
-		Elected: mgr.Elected(), Recorder: mgr.GetEventRecorderFor("trainyard-agent")}
+	reader := mgr.GetAPIReader()
+	l := &Lease{Hub: mgr.GetClient(), Reader: reader, Namespace: opts.Namespace, Target: opts.Target,
+		Duration: opts.LeaseDuration, RenewInterval: opts.LeaseRenewInterval, FenceAfter: opts.FenceAfter, Clock: opts.Clock,
+		Elected: mgr.Elected(), Recorder: mgr.GetEventRecorderFor("trainyard-agent"),
+		Policy: func(ctx context.Context) (v1alpha1.LeaseLossPolicy, error) {
+			// A Target being deleted or gone has its jobs requeued.
+			var t v1alpha1.Target
+			err := reader.Get(ctx, client.ObjectKey{Name: opts.Target}, &t)
+			if apierrors.IsNotFound(err) || (err == nil && !t.DeletionTimestamp.IsZero()) {
+				return v1alpha1.LeaseLossRequeue, nil
+			}
+			return t.Spec.LeaseLoss, err
+		}}
 	l.Lister, _ = opts.Backend.(backends.RemoteLister)
+	l.Stop, _ = opts.Backend.(backends.StopBound)
 	return l
 }

@@ -30,8 +30,10 @@ type SlurmOptions struct {
 	Target                 string
 	MetricsAddr, ProbeAddr string
 	LeaderElect            bool
-	QPS                    float32
-	Burst                  int
+	// Election is where the replicas elect their leader (nil: the hub).
+	Election Election
+	QPS      float32
+	Burst    int
 	// ServiceUser reads jobs and nodes and cancels jobs. Default: "slurm"
 	// (the usual SlurmUser) with a signing key; the token's own user with
 	// a token.
@@ -72,7 +74,7 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 		return nil, err
 	}
 	mgr, err := newAgentManager(hubCfg, t, managerOptions{metricsAddr: o.MetricsAddr, probeAddr: o.ProbeAddr, leaderElect: o.LeaderElect,
-		skipNameValidation: o.SkipNameValidation, leaseDuration: o.Agent.LeaseDuration})
+		skipNameValidation: o.SkipNameValidation, leaseDuration: o.Agent.LeaseDuration, election: o.Election})
 	if err != nil {
 		return nil, err
 	}

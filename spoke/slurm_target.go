@@ -25,8 +25,8 @@ const (
 // apply at once, and keeps the last copy it read. When the hub cannot be
 // reached (a read errs or takes longer than targetReadTimeout) it answers
 // with that copy, and for targetRetryAfter does not wait on the hub again:
-// an agent cut off from its hub must still list and cancel its jobs when
-// its lease runs out, at once and without the hub, before the hub requeues
+// an agent cut off from its hub must still list and cancel its jobs at its
+// fence deadline, at once and without the hub, before the hub requeues
 // them elsewhere. A Target that is gone, or that the agent may not read,
 // is an error, never an old copy.
 type lastTarget struct {

@@ -50,7 +50,7 @@ func setupTargetSettings(mgr ctrl.Manager, name string, b SettingsUpdater, initi
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(one); err != nil {
+	if err := mgr.Add(everyReplica{one}); err != nil {
 		return err
 	}
 	r := &targetSettings{hub: one, name: name, backend: b, applied: initial}
@@ -84,7 +84,7 @@ func (r *targetSettings) Reconcile(ctx context.Context, req reconcile.Request) (
 	if t.Spec.Kubernetes == nil {
 		return reconcile.Result{}, nil
 	}
-	s := kubework.SettingsOf(t.Spec.Kubernetes)
+	s := kubework.SettingsOf(&t.Spec)
 	if equality.Semantic.DeepEqual(s, r.applied) {
 		return reconcile.Result{}, nil
 	}
@@ -99,3 +99,10 @@ var (
 	_ SettingsUpdater = (*jobset.Backend)(nil)
 	_ SettingsUpdater = (*lws.Backend)(nil)
 )
+
+// everyReplica runs a cache on every replica, elected or not: a cache with
+// per-object options is a runnable that does not say, which the manager
+// starts only once elected.
+type everyReplica struct{ cache.Cache }
+
+func (everyReplica) NeedLeaderElection() bool { return false }

@@ -28,7 +28,8 @@ type flags struct {
 	heartbeat, slurmPoll                            time.Duration
 	fenceInterval, resync                           time.Duration
 	slurmServiceUser                                string
-	leaseDuration, leaseRenew                       time.Duration
+	leaseDuration, leaseRenew, fenceAfter           time.Duration
+	electionKubeconfig, electionNamespace           string
 	fenceMaxDeletes                                 int
 	hubID                                           string
 	slurmOutputRoot                                 string
@@ -50,7 +51,13 @@ func main() {
 	flag.DurationVar(&f.slurmPoll, "slurm-poll-interval", spoke.DefaultSlurmPollInterval, "how often the Slurm job list is read for state changes (slurm backend)")
 	flag.StringVar(&f.slurmOutputRoot, "slurm-output-root", "", "where the Slurm cluster's filesystem is mounted in the agent, to read job output for `trainyard logs` (slurm backend; \"/\" on a login node; empty: logs off)")
 	flag.DurationVar(&f.leaseDuration, "lease-duration", spoke.DefaultLeaseDuration,
-		"without renewing its lease on the hub for this long, the agent stops its remote work; equal to the hub's --agent-lease-duration")
+		"without renewing its lease on the hub for this long, the agent starts no new remote work; equal to the hub's --agent-lease-duration")
+	flag.DurationVar(&f.fenceAfter, "fence-after", spoke.DefaultFenceAfter,
+		"on a target whose leaseLoss is Requeue, the agent stops its running remote work after this long without renewing its lease; equal to the hub's --agent-fence-after")
+	flag.StringVar(&f.electionKubeconfig, "leader-election-kubeconfig", "",
+		"kubeconfig of the cluster where the replicas elect their leader (default: the cluster the agent runs in, else the hub)")
+	flag.StringVar(&f.electionNamespace, "leader-election-namespace", "",
+		"namespace of the leader-election lock (default: the pod's; on the hub, the agent namespace)")
 	flag.DurationVar(&f.leaseRenew, "lease-renew-interval", spoke.DefaultLeaseRenewInterval, "how often the lease on the hub is renewed")
 	flag.DurationVar(&f.fenceInterval, "fence-interval", spoke.DefaultFenceInterval,
 		"how often remote work whose Dispatch is gone or of another attempt is looked for and deleted (also once at start)")
@@ -77,7 +84,11 @@ func run(f flags) error {
 		return fmt.Errorf("hub kubeconfig: %w", err)
 	}
 	agent := spoke.Options{HeartbeatInterval: f.heartbeat, FenceInterval: f.fenceInterval, Resync: f.resync, LeaseDuration: f.leaseDuration, LeaseRenewInterval: f.leaseRenew,
-		FenceMaxDeletes: f.fenceMaxDeletes, HubID: f.hubID}
+		FenceAfter: f.fenceAfter, FenceMaxDeletes: f.fenceMaxDeletes, HubID: f.hubID}
+	election, err := electionOf(f)
+	if err != nil {
+		return err
+	}
 	ctx := ctrl.SetupSignalHandler()
 	var mgr ctrl.Manager
 	switch f.backend {
@@ -88,13 +99,13 @@ func run(f flags) error {
 		}
 		mgr, err = spoke.NewKubernetesAgent(ctx, hubCfg, spoke.KubernetesOptions{
 			Target: f.target, Spoke: spokeCfg, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
-			LeaderElect: f.leaderElect, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
+			LeaderElect: f.leaderElect, Election: election, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
 			TenantRole: f.spokeTenantRole,
 		})
 	case "slurm":
 		mgr, err = spoke.NewSlurmAgent(ctx, hubCfg, spoke.SlurmOptions{
 			Target: f.target, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
-			LeaderElect: f.leaderElect, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
+			LeaderElect: f.leaderElect, Election: election, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
 			ServiceUser: f.slurmServiceUser, PollInterval: f.slurmPoll, OutputRoot: f.slurmOutputRoot,
 		})
 	default:
@@ -104,4 +115,23 @@ func run(f flags) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// electionOf is where the replicas elect their leader: the cluster named,
+// else the one the agent runs in, else (a process outside any cluster
+// with no kubeconfig for it) the hub.
+func electionOf(f flags) (spoke.Election, error) {
+	e := spoke.Election{Namespace: f.electionNamespace}
+	if f.electionKubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", f.electionKubeconfig)
+		if err != nil {
+			return e, fmt.Errorf("leader-election kubeconfig: %w", err)
+		}
+		e.Config = cfg
+		return e, nil
+	}
+	if cfg, err := rest.InClusterConfig(); err == nil {
+		e.Config = cfg
+	}
+	return e, nil
 }

@@ -28,8 +28,10 @@ func main() {
 	flag.IntVar(&o.Burst, "kube-api-burst", hub.DefaultBurst, "burst of queries to the hub API server")
 	flag.DurationVar(&o.Lease.Duration, "agent-lease-duration", targets.DefaultLeaseDuration,
 		"how long an agent's lease lasts after the hub saw it renewed; agents must use the same --lease-duration (a longer one they advertise wins)")
+	flag.DurationVar(&o.Lease.FenceAfter, "agent-fence-after", targets.DefaultFenceAfter,
+		"how long an agent of a Requeue target goes without renewing its lease before it stops its running jobs; agents must use the same --fence-after (a longer one they advertise wins)")
 	flag.DurationVar(&o.Lease.Grace, "lost-target-grace", targets.DefaultLeaseGrace,
-		"further wait after a lease ran out before its jobs are requeued elsewhere: covers the agent stopping its work")
+		"further wait, after the fence deadline and the agent's advertised stop bound, before a silent target's jobs are requeued elsewhere: covers the agent's stop call")
 	flag.Float64Var(&o.Lease.DisruptionThreshold, "disruption-threshold", targets.DefaultDisruptionThreshold,
 		"share of targets silent at once above which the hub assumes it is cut off and requeues nothing")
 	flag.IntVar(&o.Concurrency, "dispatch-concurrency", 8, "workloads reconciled in parallel")
