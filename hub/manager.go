@@ -124,9 +124,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	}
 	if o.WebhookPort > 0 {
 		mgr.GetWebhookServer().Register(snapshot.WebhookPath, &webhook.Admission{
-			Handler: &snapshot.PinWebhook{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Cache: mgr.GetClient(),
+			Handler: &snapshot.PinWebhook{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Cache: mgr.GetClient(), Probe: mgr.GetClient(),
 				RestampAfter: snapshot.RestampAfterFor(o.PinnedRuntimeGracePeriod)},
 		})
+		mgr.GetWebhookServer().Register(snapshot.KeepPinWebhookPath, &webhook.Admission{Handler: snapshot.KeepPinWebhook{}})
 	}
 	if err := mgr.Add(&metrics.HubState{Reader: mgr.GetClient(), Clock: o.Clock}); err != nil {
 		return nil, err

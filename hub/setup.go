@@ -29,9 +29,13 @@ type Options struct {
 // The hub's RBAC, generated into config/rbac/hub by `make generate`. The
 // dispatch suite runs the hub with exactly this role, so a missing verb fails
 // a test rather than a production install. The admission policies it relies
-// on (hub/snapshot.PinnedRuntimePolicy, tenantview.RequesterPolicy) ship as
-// objects of the chart and config/hub: the hub may read the requester
-// policy, to fail closed without it, and may not create or change any.
+// on (hub/snapshot.PinnedRuntimePolicy, tenantview.RequesterPolicy,
+// targets.DispatchWriterPolicy) ship as objects of the chart and
+// config/hub: the hub may read the requester policy, to fail closed
+// without it, and may not create or change any.
+// ConfigMaps it reads anywhere (Trainer's runtime snapshots beside the
+// TrainJobs, the agents' log answers) and deletes only in agent namespaces,
+// under the Role of targets.AgentRBAC (the answers, once relayed).
 //
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads/status,verbs=get;update;patch
@@ -49,7 +53,7 @@ type Options struct {
 // +kubebuilder:rbac:groups=trainyard.dev,resources=logrequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get,resourceNames=trainyard-logrequest-requester
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;delete
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

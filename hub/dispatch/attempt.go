@@ -47,10 +47,7 @@ const checklessRetryAfter = 15 * time.Second
 func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, error) {
 	wl := s.wl
 	if r.attemptUnderWay(s) {
-		// An earlier attempt still exists (its remote work may still run
-		// until its agent lets the Dispatch go), or the cache lags one just
-		// written: look again shortly.
-		return ctrl.Result{RequeueAfter: time.Second}, nil
+		return r.waitForEarlierAttempts(ctx, s)
 	}
 	if r.stillWaiting(s) {
 		// Nothing freed room since the last try; a wake-up will say so.
@@ -63,9 +60,15 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	if tj == nil {
 		return ctrl.Result{}, r.reject(ctx, s, "", "trainyard dispatches TrainJobs only; this Workload has no TrainJob owner")
 	}
+	// A job whose runtime was not pinned at creation is rejected, not kept
+	// waiting: it can never become pinned (runtimeRef is immutable and the
+	// pin annotations are set only at creation), so waiting would hold the
+	// quota Kueue reserved for a job that can never run. Rejecting frees the
+	// quota and fails the TrainJob with the message telling the user to
+	// create it again with the queue label (snapshot.ErrNotPinned).
 	rt, err := snapshot.Take(ctx, r.client, tj)
-	if errors.Is(err, snapshot.ErrRuntimeNotFound) || errors.Is(err, snapshot.ErrUnsupportedRuntime) ||
-		errors.Is(err, snapshot.ErrSnapshotMismatch) {
+	if errors.Is(err, snapshot.ErrNotPinned) || errors.Is(err, snapshot.ErrRuntimeNotFound) ||
+		errors.Is(err, snapshot.ErrUnsupportedRuntime) || errors.Is(err, snapshot.ErrSnapshotMismatch) {
 		return ctrl.Result{}, r.reject(ctx, s, "", "cannot snapshot the runtime: "+err.Error())
 	}
 	if err != nil {
@@ -120,8 +123,8 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 // cache shows it or as this hub booked it and the watch has not shown it
 // yet: a pass right after the one that wrote it must not start a second
 // attempt. A Dispatch being deleted counts too: its agent holds it until
-// the remote work is gone (a lost target's is let go by tearDown), so the
-// next attempt never runs beside it.
+// the remote work is gone (a lost target's is let go by the hub: letGo),
+// so the next attempt never runs beside it.
 func (r *Reconciler) attemptUnderWay(s *state) bool {
 	return len(s.dispatches) > 0 || r.flight.booked(s.wl.UID)
 }
@@ -181,7 +184,7 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 		// Room a wake-up offered those ahead in line is theirs.
 		gpus += r.flight.promisedAheadLocked(t.Name, me, now)
 		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: gpus, InFlight: nodes,
-			Ineligible: ineligible[t.Name], Queued: r.flight.queuedLocked(t.Name)})
+			Ineligible: ineligible[t.Name], Queued: r.flight.queuedLocked(t.Name), QueueDepth: r.flight.depthLocked(t, now)})
 	}
 	decision, err := placement.Choose(req, candidates)
 	switch {
@@ -192,7 +195,7 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 				judged[t.Name] = t.Generation
 			}
 		}
-		r.flight.waitLocked(me.key, waiter{gpus: req.GPUs(), flavors: req.Flavors,
+		r.flight.waitLocked(me.key, waiter{gpus: req.GPUs(), flavors: req.Flavors, queue: req.QueueFlavors,
 			ineligible: judged, priority: me.priority, since: me.since})
 		return booking{}, placementError{err}
 	case errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible):

@@ -6,7 +6,6 @@ package dispatch
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
@@ -110,6 +109,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if s == nil {
 		r.flight.stopWaiting(req.NamespacedName)
+		r.latency.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	res, err := r.sync(ctx, s)
@@ -132,8 +132,12 @@ func (r *Reconciler) sync(ctx context.Context, s *state) (ctrl.Result, error) {
 		}
 		return ctrl.Result{}, nil
 	}
-	if lost, why := r.targetLost(ctx, s.live); lost {
-		return ctrl.Result{}, r.requeue(ctx, s, why)
+	// Finished work's outcome stands: a target lost after its job ended
+	// never runs it again. Only work the agent stopped is requeued.
+	if finished := s.live.Status.Phase.IsFinal() && s.live.Status.Reason != v1alpha1.ReasonAgentFenced; !finished {
+		if lost, why := targetLost(ctx, r.client, s.live); lost {
+			return ctrl.Result{}, r.requeue(ctx, s, why)
+		}
 	}
 	if draining, why := r.targetDraining(ctx, s.live.Spec.TargetName); draining {
 		return ctrl.Result{}, r.requeue(ctx, s, why)
@@ -222,30 +226,6 @@ func (r *Reconciler) mustTearDown(s *state) bool {
 		return true
 	}
 	return false
-}
-
-// targetLost reports whether d's Target is gone, whether its agent's lease
-// ran out past the grace (hub/targets; never in disruption mode, never on
-// a Hold target) or ran out on a target an operator set out of service, or
-// whether the agent reports it stopped d's work for want of a lease.
-func (r *Reconciler) targetLost(ctx context.Context, d *v1alpha1.Dispatch) (bool, string) {
-	if d.Status.Reason == v1alpha1.ReasonAgentFenced {
-		return true, fmt.Sprintf("target %s lost its lease and stopped attempt %d", d.Spec.TargetName, d.Spec.Attempt)
-	}
-	var t v1alpha1.Target
-	if err := r.client.Get(ctx, client.ObjectKey{Name: d.Spec.TargetName}, &t); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return true, fmt.Sprintf("target %s was deleted", d.Spec.TargetName)
-		}
-		return false, ""
-	}
-	c := apimeta.FindStatusCondition(t.Status.Conditions, v1alpha1.TargetAvailable)
-	// HeartbeatStale is what hubs before leases wrote for the same verdict.
-	if c != nil && c.Status == "False" && (c.Reason == v1alpha1.ReasonLeaseExpired || c.Reason == v1alpha1.ReasonHeartbeatStale ||
-		c.Reason == v1alpha1.ReasonOutOfService) {
-		return true, fmt.Sprintf("target %s lost: %s", t.Name, c.Message)
-	}
-	return false, ""
 }
 
 // owningTrainJob returns the TrainJob that owns wl, or nil.

@@ -83,7 +83,7 @@ func (r *Reconciler) refused(ctx context.Context, s *state) error {
 	if err := r.setCheck(ctx, s, kueue.CheckStatePending, msg+"; placing it again"); err != nil {
 		return err
 	}
-	if err := r.client.Delete(ctx, d); client.IgnoreNotFound(err) != nil {
+	if err := letGo(ctx, r.client, d); err != nil {
 		return err
 	}
 	metrics.Dispatched(d.Spec.TargetName, metrics.ResultRefused)

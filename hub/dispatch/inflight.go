@@ -53,7 +53,10 @@ type inflight struct {
 	// promised holds, per target, the GPUs its wake-ups offered to waiting
 	// Workloads that have not tried again yet.
 	promised map[string]map[types.NamespacedName]promise
-	now      func() time.Time
+	// gauges time, per target, the starts and refills its adaptive queue
+	// depth reads (depth.go).
+	gauges map[string]*depthGauge
+	now    func() time.Time
 }
 
 // promise is room a wake-up offered a waiting Workload on one target.
@@ -95,13 +98,15 @@ func (w waiter) placeOf(key types.NamespacedName) place {
 }
 
 // waiter is a Workload that found no room, with what a wake-up reads: the
-// GPUs it needs, the flavors it was admitted with, the targets that could
+// GPUs it needs, the flavors it was admitted with and those of its
+// ClusterQueue (which bound a flavor-less job), the targets that could
 // never run it (at the generation they were judged at), and its place in
 // line. woken: a wake-up offered it room since it last failed; until
 // then its passes do not try again.
 type waiter struct {
 	gpus       int64
 	flavors    []string
+	queue      []string
 	ineligible map[string]int64
 	priority   int32
 	since      time.Time
@@ -114,7 +119,7 @@ type waiter struct {
 // ineligible at another spec is asked again.
 func (w waiter) wants(t *v1alpha1.Target) bool {
 	gen, judged := w.ineligible[t.Name]
-	return (!judged || gen != t.Generation) && t.Serves(w.flavors)
+	return (!judged || gen != t.Generation) && t.Serves(w.flavors, w.queue)
 }
 
 // flight is one Dispatch's claim on a target. A booked claim (not yet
@@ -151,7 +156,8 @@ const bookingTTL = time.Minute
 
 func newInflight() *inflight {
 	return &inflight{byTarget: map[string]map[string]flight{}, waiting: map[types.NamespacedName]waiter{},
-		targets: map[string]*v1alpha1.Target{}, promised: map[string]map[types.NamespacedName]promise{}, now: time.Now}
+		targets: map[string]*v1alpha1.Target{}, promised: map[string]map[types.NamespacedName]promise{},
+		gauges: map[string]*depthGauge{}, now: time.Now}
 }
 
 func keyOf(namespace, name string) string { return namespace + "/" + name }
@@ -170,8 +176,8 @@ func mayHoldGPUs(d *v1alpha1.Dispatch) bool {
 }
 
 // observe records what the watch shows of d. It returns the Workloads to
-// wake: the waiting ones when d stopped holding GPUs or gave back its
-// place in its target's queue.
+// wake: the waiting ones when d stopped holding GPUs, gave back its place
+// in its target's queue, or started at a pace that deepens that queue.
 func (f *inflight) observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request {
 	if !mayHoldGPUs(d) {
 		return f.forget(d)
@@ -190,9 +196,16 @@ func (f *inflight) observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request
 	slim.Status.CountedFromReading = d.Status.CountedFromReading
 	slim.Spec.PodSets = d.Spec.PodSets
 	prev, seen := on[key]
-	fl := flight{workload: d.Spec.Workload.UID, gpus: gpus, queued: d.Annotations[v1alpha1.AnnotationQueued] == "true", d: slim}
+	// The booking's time stays with the flight, to time the refill.
+	fl := flight{workload: d.Spec.Workload.UID, gpus: gpus, queued: d.Annotations[v1alpha1.AnnotationQueued] == "true", d: slim, at: prev.at}
 	on[key] = fl
-	if seen && prev.waitsInQueue() && !fl.waitsInQueue() {
+	now, t := f.now(), f.targets[d.Spec.TargetName]
+	var depth int32
+	if t != nil {
+		depth = f.depthLocked(t, now)
+	}
+	started := f.timeRefillLocked(t, prev, seen, fl, now)
+	if seen && prev.waitsInQueue() && !fl.waitsInQueue() || started && f.depthLocked(t, now) > depth {
 		return f.wakeForLocked(d.Spec.TargetName)
 	}
 	return nil
@@ -392,6 +405,7 @@ func (f *inflight) forgetTarget(t *v1alpha1.Target) []reconcile.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.targets, t.Name)
+	delete(f.gauges, t.Name)
 	return f.wakeWantingLocked(t)
 }
 
@@ -439,7 +453,7 @@ func (f *inflight) wakeForLocked(target string) []reconcile.Request {
 	}
 	now := f.now()
 	inFlight, _ := f.onTargetLocked(target, &t.Status, nodeLevelOf(t), now)
-	room, places := t.Status.FreeGPUs-inFlight, t.QueueDepth()-f.queuedLocked(target)
+	room, places := t.Status.FreeGPUs-inFlight, f.depthLocked(t, now)-f.queuedLocked(target)
 	// The line is offered this target's room afresh: earlier offers on it
 	// are replaced by this one's.
 	delete(f.promised, target)
@@ -478,15 +492,21 @@ func (f *inflight) promiseLocked(target string, p promise) {
 }
 
 // counts is what the record holds, for the hub's gauges: per target the
-// Dispatches not yet running (booked, Pending or Submitted) and those of
-// them waiting in the target's own queue, and the Workloads waiting for
-// room.
+// Dispatches not yet running (booked, Pending or Submitted), those of
+// them waiting in the target's own queue and the depth of that queue, and
+// the Workloads waiting for room.
 func (f *inflight) counts() metrics.FlightCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c := metrics.FlightCounts{InFlight: map[string]int{}, Queued: map[string]int{}}
+	c := metrics.FlightCounts{InFlight: map[string]int{}, Queued: map[string]int{}, QueueLimit: map[string]int{}}
+	now := f.now()
+	for name, t := range f.targets {
+		if d := f.depthLocked(t, now); d > 0 {
+			c.QueueLimit[name] = int(d)
+		}
+	}
 	for _, w := range f.waiting {
-		c.Waiting = append(c.Waiting, metrics.WaitingJob{Flavors: w.flavors, Since: w.waitedFrom})
+		c.Waiting = append(c.Waiting, metrics.WaitingJob{Flavors: w.flavors, QueueFlavors: w.queue, Since: w.waitedFrom})
 	}
 	for target, on := range f.byTarget {
 		for _, fl := range on {

@@ -116,9 +116,12 @@ func TestQueuedStartWakesWaiting(t *testing.T) {
 
 // TestCounts: the hub's gauges read the record, not the cache: Dispatches
 // not yet running per target, the queued ones among them, and the waiting
-// line with the time each first found no room.
+// line with the time each first found no room, and the queue depth of
+// each target that takes queued jobs.
 func TestCounts(t *testing.T) {
 	f := newInflight()
+	f.recordTarget(tyt.MakeSlurmTarget("hpc", "hpc", "gpu").Obj())
+	f.recordTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Obj())
 	q := pendingDispatch("q", "hpc", v1alpha1.DispatchSubmitted)
 	q.Annotations = map[string]string{v1alpha1.AnnotationQueued: "true"}
 	f.observe(q, 1)
@@ -131,9 +134,10 @@ func TestCounts(t *testing.T) {
 	f.now = func() time.Time { return t0.Add(time.Minute) }
 	joinLine(f, types.NamespacedName{Name: "w"}, waitingFor(4, "hpc"))
 	want := metrics.FlightCounts{
-		InFlight: map[string]int{"hpc": 2, "gpu-a": 1},
-		Queued:   map[string]int{"hpc": 1},
-		Waiting:  []metrics.WaitingJob{{Flavors: []string{"hpc"}, Since: t0.Add(time.Minute)}},
+		InFlight:   map[string]int{"hpc": 2, "gpu-a": 1},
+		Queued:     map[string]int{"hpc": 1},
+		QueueLimit: map[string]int{"hpc": int(v1alpha1.DefaultSlurmQueueDepth)},
+		Waiting:    []metrics.WaitingJob{{Flavors: []string{"hpc"}, Since: t0.Add(time.Minute)}},
 	}
 	if diff := cmp.Diff(want, f.counts()); diff != "" {
 		t.Errorf("counts (-want +got):\n%s", diff)

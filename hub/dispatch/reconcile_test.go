@@ -409,3 +409,43 @@ func TestTargetDrainer(t *testing.T) {
 		})
 	}
 }
+
+// TestFinishedWorkOnALostTarget: a target whose lease expired after its job
+// ended never runs that job again: the job's own outcome stands. Work the
+// agent stopped for want of a lease, and work still running, is requeued.
+func TestFinishedWorkOnALostTarget(t *testing.T) {
+	const where = "target gpu-a (attempt 1)"
+	lost := func() *tyt.TargetWrapper {
+		return gpuTarget().AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonLeaseExpired)
+	}
+	requeued := "target gpu-a lost: set by test"
+	runCases(t, map[string]struct {
+		h    hubState
+		want outcome
+	}{
+		"succeeded: completes, not requeued": {
+			h: hubState{check: kueue.CheckStateReady, admitted: true, target: lost(),
+				dispatch: liveOn(v1alpha1.DispatchSucceeded, v1alpha1.ReasonRemoteSucceeded, "", true).Obj()},
+			want: outcome{Check: kueue.CheckStateReady, CheckMsg: "running on " + where + " as JobSet jobs/train-1",
+				TrainJob: []string{"Complete=True/" + v1alpha1.ReasonRemoteSucceeded}, Finalizer: true, TargetHeld: true},
+		},
+		"failed: fails, not requeued": {
+			h: hubState{check: kueue.CheckStateReady, admitted: true, target: lost(),
+				dispatch: liveOn(v1alpha1.DispatchFailed, v1alpha1.ReasonRemoteFailed, "exit 1", true).Obj()},
+			want: outcome{Check: kueue.CheckStateReady, CheckMsg: "remote work on " + where + " ended Failed",
+				TrainJob: []string{"Failed=True/" + v1alpha1.ReasonRemoteFailed}, Finalizer: true, TargetHeld: true},
+		},
+		"running: requeued": {
+			h: hubState{check: kueue.CheckStateReady, admitted: true, target: lost(),
+				dispatch: liveOn(v1alpha1.DispatchRunning, v1alpha1.ReasonRemoteRunning, "", true).Obj()},
+			want: outcome{Check: kueue.CheckStateRetry, CheckMsg: requeued, Finalizer: true, TargetHeld: true,
+				Events: []string{"Warning Requeued " + requeued}},
+		},
+		"stopped by its agent: requeued": {
+			h: hubState{check: kueue.CheckStateReady, admitted: true,
+				dispatch: liveOn(v1alpha1.DispatchFailed, v1alpha1.ReasonAgentFenced, "stopped", true).Obj()},
+			want: outcome{Check: kueue.CheckStateRetry, CheckMsg: "target gpu-a lost its lease and stopped attempt 1", Finalizer: true, TargetHeld: true,
+				Events: []string{"Warning Requeued target gpu-a lost its lease and stopped attempt 1"}},
+		},
+	})
+}

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
@@ -114,7 +113,7 @@ func (r *Reconciler) requeue(ctx context.Context, s *state, why string) error {
 		if s.live == nil {
 			return nil
 		}
-		return client.IgnoreNotFound(r.client.Delete(ctx, s.live))
+		return letGo(ctx, r.client, s.live)
 	}
 	if err := r.setCheck(ctx, s, kueue.CheckStateRetry, why); err != nil {
 		return err
@@ -221,24 +220,14 @@ func (r *Reconciler) tearDown(ctx context.Context, s *state) (ctrl.Result, error
 			continue // a record of where finished work ran
 		}
 		left++
-		if d.DeletionTimestamp.IsZero() {
-			if err := r.client.Delete(ctx, d); client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, err
-			}
-			continue
-		}
-		if lost, _ := r.targetLost(ctx, d); lost && controllerutil.ContainsFinalizer(d, v1alpha1.RemoteCleanupFinalizer) {
-			patch := client.MergeFrom(d.DeepCopy())
-			controllerutil.RemoveFinalizer(d, v1alpha1.RemoteCleanupFinalizer)
-			if err := r.client.Patch(ctx, d, patch); client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, err
-			}
+		if err := letGo(ctx, r.client, d); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	if left > 0 {
 		return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
 	}
-	r.latency.forget(s.wl.UID)
+	r.latency.forget(client.ObjectKeyFromObject(s.wl))
 	r.flight.stopWaiting(client.ObjectKeyFromObject(s.wl))
 	if err := r.clearActive(ctx, s); err != nil {
 		return ctrl.Result{}, err
@@ -297,36 +286,39 @@ func truncate(s string, n int) string {
 }
 
 // latencyTracker observes admission-to-running once per Workload attempt.
+// It keeps one entry per Workload, the attempt last observed, dropped when
+// the Workload is torn down or gone: its size is bounded by the Workloads
+// that exist.
 type latencyTracker struct {
 	mu   sync.Mutex
-	seen map[string]bool
+	seen map[types.NamespacedName]string
 }
 
-func newLatencyTracker() *latencyTracker { return &latencyTracker{seen: map[string]bool{}} }
+func newLatencyTracker() *latencyTracker {
+	return &latencyTracker{seen: map[types.NamespacedName]string{}}
+}
 
-func (l *latencyTracker) first(key string) bool {
+// first reports whether attempt (the Workload's UID and attempt) of wl is
+// observed for the first time.
+func (l *latencyTracker) first(wl types.NamespacedName, attempt string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.seen[key] {
+	if l.seen[wl] == attempt {
 		return false
 	}
-	l.seen[key] = true
+	l.seen[wl] = attempt
 	return true
 }
 
-func (l *latencyTracker) forget(uid types.UID) {
+func (l *latencyTracker) forget(wl types.NamespacedName) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for k := range l.seen {
-		if strings.HasPrefix(k, string(uid)+"/") {
-			delete(l.seen, k)
-		}
-	}
+	delete(l.seen, wl)
 }
 
 func (r *Reconciler) observeRunning(s *state) {
 	c := apimeta.FindStatusCondition(s.wl.Status.Conditions, kueue.WorkloadQuotaReserved)
-	if c == nil || !r.latency.first(fmt.Sprintf("%s/%d", s.wl.UID, s.live.Spec.Attempt)) {
+	if c == nil || !r.latency.first(client.ObjectKeyFromObject(s.wl), fmt.Sprintf("%s/%d", s.wl.UID, s.live.Spec.Attempt)) {
 		return
 	}
 	start := c.LastTransitionTime.Time

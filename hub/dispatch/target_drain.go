@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,7 +18,10 @@ import (
 // TargetFinalizer holds a Target while Dispatches name it. A Target being
 // deleted is drained first: its jobs are requeued, its agent (which reads
 // the Target to work) cancels their remote work and releases the
-// Dispatches, and only then does the hub release the Target.
+// Dispatches, and only then does the hub release the Target. When the
+// agent's lease is not fresh, the deletion is the operator's word that
+// nothing of the target runs: the hub releases the Dispatches itself
+// (targetLost, letGo).
 const TargetFinalizer = "trainyard.dev/dispatches"
 
 // drainRecheck paces the drainer while a Target still has Dispatches.
@@ -96,15 +100,25 @@ func (d *targetDrainer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	if deleting && d.live != nil {
 		reader = d.live
 	}
-	n, err := dispatchesOn(ctx, reader, t.Name)
+	on, err := dispatchesOn(ctx, reader, t.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	switch {
+	switch n := len(on); {
 	case !deleting && n > 0:
 		// Dispatches written before the hub held its Targets.
 		return ctrl.Result{}, addTargetFinalizer(ctx, d.client, &t)
 	case deleting && n > 0:
+		// Their Workloads requeue the jobs and delete the Dispatches; the
+		// ones being deleted wait for the agent, unless it is away
+		// (targetLost): then they are let go here, whatever their Workload.
+		for i := range on {
+			if !on[i].DeletionTimestamp.IsZero() {
+				if err := letGo(ctx, d.client, &on[i]); err != nil {
+					return ctrl.Result{}, err
+				}
+			}
+		}
 		return ctrl.Result{RequeueAfter: drainRecheck}, nil
 	case deleting:
 		ctrl.LoggerFrom(ctx).Info("target drained; releasing it", "target", t.Name)
@@ -115,20 +129,14 @@ func (d *targetDrainer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	return ctrl.Result{}, nil
 }
 
-// dispatchesOn counts the Dispatches that name target, those being
+// dispatchesOn lists the Dispatches that name target, those being
 // deleted included: their agent has yet to confirm the remote work gone.
-func dispatchesOn(ctx context.Context, c client.Reader, target string) (int, error) {
+func dispatchesOn(ctx context.Context, c client.Reader, target string) ([]v1alpha1.Dispatch, error) {
 	var list v1alpha1.DispatchList
 	if err := c.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelTarget: v1alpha1.LabelValue(target)}); err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
-	for i := range list.Items {
-		if list.Items[i].Spec.TargetName == target {
-			n++
-		}
-	}
-	return n, nil
+	return slices.DeleteFunc(list.Items, func(d v1alpha1.Dispatch) bool { return d.Spec.TargetName != target }), nil
 }
 
 func (d *targetDrainer) setup(mgr ctrl.Manager) error {

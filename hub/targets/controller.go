@@ -81,15 +81,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	now := r.Clock.Now()
 	silent, total, disrupted, changed := r.tracker.fleet(now, r.Lease.DisruptionThreshold)
-	age := now.Sub(obs.at)
-	v := judge(obs, age, r.Lease.Grace, disrupted, policyOf(&t))
+	age, blind := r.tracker.age(obs, now)
+	v := judge(obs, age, r.Lease, disrupted, blind, policyOf(&t))
 	cond := r.condition(&t, obs, age, v)
 	if err := r.writeStatus(ctx, req.NamespacedName, cond, hubID); err != nil {
 		metrics.SyncError("hub-targets")
 		return ctrl.Result{}, err
 	}
 	metrics.LeaseAge.WithLabelValues(t.Name).Set(age.Seconds())
-	metrics.ObserveHeartbeat(t.Name, obs.at, obs.duration+r.Lease.Grace)
+	metrics.ObserveHeartbeat(t.Name, obs.at, requeueAfter(obs, r.Lease))
 	metrics.SilentTargets.Set(float64(silent))
 	if changed {
 		r.announce(ctx, &t, disrupted, silent, total)
@@ -103,16 +103,19 @@ func (r *Reconciler) observe(ctx context.Context, t *v1alpha1.Target) (observati
 	key := client.ObjectKey{Namespace: t.Spec.Agent.Namespace, Name: v1alpha1.LeaseName(t.Name)}
 	version := ""
 	duration := r.Lease.Duration
+	// No Lease: nothing says the agent holds its jobs.
+	enforced := v1alpha1.Advertised{MayRequeue: true}
 	switch err := r.Client.Get(ctx, key, &l); {
 	case client.IgnoreNotFound(err) != nil:
 		return observation{}, err
 	case err == nil:
 		version = l.ResourceVersion
+		enforced = v1alpha1.AdvertisedBy(&l)
 		if s := l.Spec.LeaseDurationSeconds; s != nil && time.Duration(*s)*time.Second > duration {
 			duration = time.Duration(*s) * time.Second
 		}
 	}
-	return r.tracker.observe(t.Name, version, duration, r.Clock.Now()), nil
+	return r.tracker.observe(t.Name, version, duration, enforced, r.Clock.Now()), nil
 }
 
 func (r *Reconciler) condition(t *v1alpha1.Target, o observation, age time.Duration, v verdict) metav1.Condition {
@@ -127,18 +130,26 @@ func (r *Reconciler) condition(t *v1alpha1.Target, o observation, age time.Durat
 			c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonBackendError, b.Message
 		}
 	case v1alpha1.ReasonHubDisrupted:
-		c.Message = fmt.Sprintf("lease not renewed for over %s, but most targets are silent: the hub assumes it is cut off and requeues nothing", o.duration)
+		c.Message = fmt.Sprintf("lease not renewed for over %s, but most targets are silent or the hub cannot see its own API server: "+
+			"the hub assumes it is cut off and requeues nothing", o.duration)
 	case v1alpha1.ReasonLeaseNotRenewed:
-		c.Message = fmt.Sprintf("lease not renewed for over %s (hub clock); jobs are requeued after a further grace of %s", o.duration, r.Lease.Grace)
+		c.Message = fmt.Sprintf("lease not renewed for over %s (hub clock): no new jobs are placed here; running jobs run on", o.duration)
+		if !t.Spec.OutOfService && t.Spec.LeaseLoss != v1alpha1.LeaseLossHold && o.enforced.MayRequeue {
+			c.Message += fmt.Sprintf(" and are requeued after %s without a renewal (the agent stops them first)", requeueAfter(o, r.Lease))
+		}
 	case v1alpha1.ReasonAwaitingAgent:
-		c.Message = fmt.Sprintf("lease not renewed for over %s plus a grace of %s (hub clock); leaseLoss is Hold: "+
+		why := "leaseLoss is Hold"
+		if t.Spec.LeaseLoss != v1alpha1.LeaseLossHold {
+			why = "the agent last said it holds its jobs (leaseLoss Hold) and has not renewed since"
+		}
+		c.Message = fmt.Sprintf("lease not renewed for over %s (hub clock); %s: "+
 			"the jobs stay until the agent returns, or until an operator who made sure nothing runs there sets spec.outOfService",
-			o.duration, r.Lease.Grace)
+			requeueAfter(o, r.Lease), why)
 	case v1alpha1.ReasonOutOfService:
 		c.Message = fmt.Sprintf("lease not renewed for over %s and spec.outOfService is set: the jobs are requeued elsewhere", o.duration)
 	case v1alpha1.ReasonLeaseExpired:
-		c.Message = fmt.Sprintf("lease not renewed for over %s plus a grace of %s (hub clock): the agent has stopped its work",
-			o.duration, r.Lease.Grace)
+		c.Message = fmt.Sprintf("lease not renewed for over %s (hub clock): the agent has stopped its work, and it has ended",
+			requeueAfter(o, r.Lease))
 	}
 	return c
 }
@@ -207,7 +218,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Recorder = mgr.GetEventRecorderFor("trainyard-targets")
 	}
 	r.Lease.defaults()
-	r.tracker = newTracker()
+	r.tracker = newTracker(r.Clock.Now())
+	if err := mgr.Add(&sightProbe{reader: r.Live, clock: r.Clock, tracker: r.tracker}); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).Named("trainyard-targets").For(&v1alpha1.Target{}).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(targetOfLease)).
 		Complete(r)

@@ -11,56 +11,119 @@ import (
 
 var t0 = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 
+// silent is the Lease versions of a target renewed once and then silent for
+// steps of 10 s of hub time.
+func silent(steps int) []string {
+	v := []string{"1"}
+	for range steps {
+		v = append(v, "1")
+	}
+	return v
+}
+
 // TestLeaseJudgedOnTheHubClock: a renewal counts from when the hub saw the
-// Lease change, whatever the agent's clock wrote into it.
+// Lease change, whatever the agent's clock wrote into it. A silent target
+// takes no new jobs after the lease; its running jobs are requeued only
+// once the agent's fence deadline, its stop bound and the grace have
+// passed, and only where the Target and the agent both say Requeue.
 func TestLeaseJudgedOnTheHubClock(t *testing.T) {
-	const lease, grace = 40 * time.Second, 20 * time.Second
+	settings := LeaseSettings{Duration: 40 * time.Second, FenceAfter: 60 * time.Second, Grace: 20 * time.Second}
+	requeue := v1alpha1.Advertised{MayRequeue: true, FenceAfter: 60 * time.Second, StopWithin: 10 * time.Second}
+	hold := v1alpha1.Advertised{FenceAfter: 60 * time.Second, StopWithin: 10 * time.Second}
 	cases := map[string]struct {
 		// versions the hub sees, one per step of 10 s of hub time.
 		versions  []string
+		enforced  *v1alpha1.Advertised
 		disrupted bool
+		blind     bool
 		policy    policy
 		want      verdict
 	}{
 		"no Lease yet": {versions: []string{""},
-			want: verdict{reason: v1alpha1.ReasonNoHeartbeat, recheck: lease + time.Second}},
+			want: verdict{reason: v1alpha1.ReasonNoHeartbeat, recheck: 41 * time.Second}},
 		"renewed every step": {versions: []string{"1", "2", "3", "4", "5", "6", "7", "8"},
-			want: verdict{reason: v1alpha1.ReasonHeartbeatFresh, recheck: lease + time.Second}},
-		"silent for 30 s is fresh": {versions: []string{"1", "1", "1", "1"},
+			want: verdict{reason: v1alpha1.ReasonHeartbeatFresh, recheck: 41 * time.Second}},
+		"silent for 30 s is fresh": {versions: silent(3),
 			want: verdict{reason: v1alpha1.ReasonHeartbeatFresh, recheck: 11 * time.Second}},
-		"silent for 50 s: not renewed, not yet requeued": {versions: []string{"1", "1", "1", "1", "1", "1"},
+		"silent for 50 s: no new jobs, running ones run on": {versions: silent(5),
 			want: verdict{reason: v1alpha1.ReasonLeaseNotRenewed, recheck: 5 * time.Second}},
-		"silent for 70 s: lost": {versions: []string{"1", "1", "1", "1", "1", "1", "1", "1"},
+		"silent for 90 s: fence deadline, stop bound and grace not yet passed": {versions: silent(9),
+			want: verdict{reason: v1alpha1.ReasonLeaseNotRenewed, recheck: time.Second}},
+		"silent for 100 s: lost": {versions: silent(10),
 			want: verdict{reason: v1alpha1.ReasonLeaseExpired, lost: true, recheck: silentRecheck}},
-		"silent for 70 s in disruption: nothing requeued": {versions: []string{"1", "1", "1", "1", "1", "1", "1", "1"}, disrupted: true,
+		"a longer fence deadline the agent advertises wins": {versions: silent(10),
+			enforced: &v1alpha1.Advertised{MayRequeue: true, FenceAfter: 5 * time.Minute},
+			want:     verdict{reason: v1alpha1.ReasonLeaseNotRenewed, recheck: silentRecheck}},
+		"silent for 100 s in disruption: nothing requeued": {versions: silent(10), disrupted: true,
 			want: verdict{reason: v1alpha1.ReasonHubDisrupted, recheck: silentRecheck}},
-		"silent for 70 s on a Hold target: awaiting the agent": {versions: []string{"1", "1", "1", "1", "1", "1", "1", "1"}, policy: policy{hold: true},
+		"silent for 100 s while the hub is blind: nothing requeued": {versions: silent(10), blind: true,
+			want: verdict{reason: v1alpha1.ReasonHubDisrupted, recheck: silentRecheck}},
+		"silent for 100 s on a Hold target: awaiting the agent": {versions: silent(10), policy: policy{hold: true},
 			want: verdict{reason: v1alpha1.ReasonAwaitingAgent, recheck: silentRecheck}},
-		"silent for 50 s out of service: lost without the grace": {versions: []string{"1", "1", "1", "1", "1", "1"}, policy: policy{hold: true, outOfService: true},
+		"silent for 100 s, agent last said Hold: awaiting it": {versions: silent(10), enforced: &hold,
+			want: verdict{reason: v1alpha1.ReasonAwaitingAgent, recheck: silentRecheck}},
+		"silent for 50 s out of service: lost without the wait": {versions: silent(5), policy: policy{hold: true, outOfService: true},
 			want: verdict{reason: v1alpha1.ReasonOutOfService, lost: true, recheck: silentRecheck}},
-		"out of service in disruption: lost": {versions: []string{"1", "1", "1", "1", "1", "1"}, disrupted: true, policy: policy{outOfService: true},
+		"out of service in disruption: lost": {versions: silent(5), disrupted: true, policy: policy{outOfService: true},
 			want: verdict{reason: v1alpha1.ReasonOutOfService, lost: true, recheck: silentRecheck}},
+		"out of service while the hub is blind: nothing requeued": {versions: silent(5), blind: true, policy: policy{outOfService: true},
+			want: verdict{reason: v1alpha1.ReasonHubDisrupted, recheck: silentRecheck}},
 		"out of service while renewed: fresh, nothing requeued": {versions: []string{"1", "2", "3", "4", "5", "6"}, policy: policy{outOfService: true},
-			want: verdict{reason: v1alpha1.ReasonHeartbeatFresh, recheck: lease + time.Second}},
-		"never renewed for 70 s: lost": {versions: []string{"", "", "", "", "", "", "", ""},
+			want: verdict{reason: v1alpha1.ReasonHeartbeatFresh, recheck: 41 * time.Second}},
+		"never renewed for 100 s: lost": {versions: []string{"", "", "", "", "", "", "", "", "", "", ""},
 			want: verdict{reason: v1alpha1.ReasonLeaseExpired, lost: true, recheck: silentRecheck}},
-		"a renewal after silence is fresh again": {versions: []string{"1", "1", "1", "1", "1", "1", "1", "2"},
-			want: verdict{reason: v1alpha1.ReasonHeartbeatFresh, recheck: lease + time.Second}},
+		"a renewal after silence is fresh again": {versions: append(silent(8), "2"),
+			want: verdict{reason: v1alpha1.ReasonHeartbeatFresh, recheck: 41 * time.Second}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			tr := newTracker()
+			tr := newTracker(t0)
+			enforced := requeue
+			if tc.enforced != nil {
+				enforced = *tc.enforced
+			}
 			var o observation
 			now := t0
 			for i, v := range tc.versions {
 				now = t0.Add(time.Duration(i) * 10 * time.Second)
-				o = tr.observe("a", v, lease, now)
+				o = tr.observe("a", v, settings.Duration, enforced, now)
 			}
-			got := judge(o, now.Sub(o.at), grace, tc.disrupted, tc.policy)
+			got := judge(o, now.Sub(o.at), settings, tc.disrupted, tc.blind, tc.policy)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(verdict{})); diff != "" {
 				t.Errorf("verdict (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestBlindTimeIsNotSilence: while the hub cannot see its own API server it
+// is blind, and once it sees it again every lease counts from then.
+func TestBlindTimeIsNotSilence(t *testing.T) {
+	tr := newTracker(t0)
+	o := tr.observe("a", "1", 40*time.Second, v1alpha1.Advertised{MayRequeue: true}, t0)
+	for at := time.Duration(0); at <= 10*time.Second; at += probeInterval {
+		tr.sighted(t0.Add(at))
+	}
+	// The API server freezes at 10 s for ten minutes: no probe succeeds.
+	during := t0.Add(5 * time.Minute)
+	if _, blind := tr.age(o, during); !blind {
+		t.Fatalf("5 minutes without a probe: not blind")
+	}
+	back := t0.Add(10*time.Minute + 10*time.Second)
+	if ended, gap := tr.sighted(back); !ended || gap != 10*time.Minute {
+		t.Fatalf("sighted after the freeze: ended %v after %s, want true after 10m", ended, gap)
+	}
+	for at := probeInterval; at <= 30*time.Second; at += probeInterval {
+		if ended, _ := tr.sighted(back.Add(at)); ended {
+			t.Fatalf("a probe on time ended a blind spell")
+		}
+	}
+	age, blind := tr.age(o, back.Add(30*time.Second))
+	if blind || age != 30*time.Second {
+		t.Errorf("30 s after the freeze: age %s blind %v, want 30s and not blind", age, blind)
+	}
+	if silent, _, _, _ := tr.fleet(back.Add(30*time.Second), 0.55); silent != 0 {
+		t.Errorf("30 s after the freeze: %d silent targets, want 0", silent)
 	}
 }
 
@@ -69,13 +132,13 @@ func TestLeaseJudgedOnTheHubClock(t *testing.T) {
 func TestAgentClockSkewIsIgnored(t *testing.T) {
 	for name, skew := range map[string]time.Duration{"5 min behind": -5 * time.Minute, "5 min ahead": 5 * time.Minute, "none": 0} {
 		t.Run(name, func(t *testing.T) {
-			tr := newTracker()
+			tr := newTracker(t0)
 			// The version string stands for the whole Lease: what the agent
 			// wrote as renewTime changes only its content.
 			for i := 0; i < 10; i++ {
 				renewTime := t0.Add(time.Duration(i)*10*time.Second + skew)
-				o := tr.observe("a", renewTime.Format(time.RFC3339Nano), 40*time.Second, t0.Add(time.Duration(i)*10*time.Second))
-				if v := judge(o, t0.Add(time.Duration(i)*10*time.Second).Sub(o.at), 20*time.Second, false, policy{}); v.reason != v1alpha1.ReasonHeartbeatFresh {
+				o := tr.observe("a", renewTime.Format(time.RFC3339Nano), 40*time.Second, v1alpha1.Advertised{MayRequeue: true}, t0.Add(time.Duration(i)*10*time.Second))
+				if v := judge(o, t0.Add(time.Duration(i)*10*time.Second).Sub(o.at), LeaseSettings{Duration: 40 * time.Second}, false, false, policy{}); v.reason != v1alpha1.ReasonHeartbeatFresh {
 					t.Fatalf("step %d: %s, want fresh", i, v.reason)
 				}
 			}
@@ -114,9 +177,9 @@ func TestDisruptionMode(t *testing.T) {
 // TestFleetCountsSilentTargetsOnTheHubClock: the tracker's fleet view, and
 // that entering and leaving disruption is reported once each.
 func TestFleetCountsSilentTargetsOnTheHubClock(t *testing.T) {
-	tr := newTracker()
+	tr := newTracker(t0)
 	for _, n := range []string{"a", "b", "c"} {
-		tr.observe(n, "1", 40*time.Second, t0)
+		tr.observe(n, "1", 40*time.Second, v1alpha1.Advertised{}, t0)
 	}
 	type step struct {
 		at                 time.Duration
@@ -136,7 +199,7 @@ func TestFleetCountsSilentTargetsOnTheHubClock(t *testing.T) {
 		now := t0.Add(s.at)
 		for _, n := range s.renew {
 			version++
-			tr.observe(n, string(rune('0'+version)), 40*time.Second, now)
+			tr.observe(n, string(rune('0'+version)), 40*time.Second, v1alpha1.Advertised{}, now)
 		}
 		silent, total, disrupted, changed := tr.fleet(now, 0.55)
 		if silent != s.silent || total != 3 || disrupted != s.disrupted || changed != s.changed {

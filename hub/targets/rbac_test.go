@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
@@ -19,16 +20,18 @@ var update = flag.Bool("update", false, "rewrite golden files")
 
 // The shipped example of an agent's hub RBAC is AgentRBAC's output for a
 // target named spoke1 whose agent runs as the hub ServiceAccount
-// trainyard-agent in its namespace. Regenerate with
+// trainyard-agent in its namespace, beside a hub running as config/hub's
+// ServiceAccount. Regenerate with
 // `go test ./hub/targets -run TestAgentRBACManifest -update`.
 const agentRBACFile = "../../config/rbac/agent/spoke1.yaml"
 
 func TestAgentRBACManifest(t *testing.T) {
 	target := tytesting.MakeKubernetesTarget("spoke1", "gpu").Obj()
 	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "trainyard-agent", Namespace: target.Spec.Agent.Namespace}
+	hub := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "trainyard-hub", Namespace: "trainyard-system"}
 	var out bytes.Buffer
-	out.WriteString("# Hub RBAC of the agent of Target spoke1 (generated from hub/targets.AgentRBAC; see rbac_test.go).\n")
-	for _, obj := range AgentRBAC(target, subject) {
+	out.WriteString("# Hub RBAC of the agent namespace of Target spoke1 (generated from hub/targets.AgentRBAC; see rbac_test.go).\n")
+	for _, obj := range AgentRBAC(target, subject, hub) {
 		obj.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{Group: rbacv1.GroupName, Version: "v1", Kind: kindOf(obj)})
 		b, err := yaml.Marshal(obj)
 		if err != nil {
@@ -56,7 +59,7 @@ func TestAgentRBACManifest(t *testing.T) {
 // with a resource name allow only a field selector on that name (the
 // agent's watch of its Target's spec).
 func TestAgentRBACGrantsNothingClusterWide(t *testing.T) {
-	for _, obj := range AgentRBAC(tytesting.MakeKubernetesTarget("s", "gpu").Obj(), rbacv1.Subject{Kind: rbacv1.UserKind, Name: "a"}) {
+	for _, obj := range AgentRBAC(tytesting.MakeKubernetesTarget("s", "gpu").Obj(), agentUser, hubUser) {
 		cr, ok := obj.(*rbacv1.ClusterRole)
 		if !ok {
 			continue
@@ -71,6 +74,60 @@ func TestAgentRBACGrantsNothingClusterWide(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+var (
+	agentUser = rbacv1.Subject{Kind: rbacv1.UserKind, Name: "a"}
+	hubUser   = rbacv1.Subject{Kind: rbacv1.UserKind, Name: "hub"}
+)
+
+// TestAgentRBACWritesOnlyStatus: of its Target the agent writes only
+// targets/status; of Dispatches, their status and, by patch, the finalizer
+// DispatchWriterPolicy leaves it (RBAC cannot say which field). The hub
+// gets nothing but ConfigMap deletes in the agent namespace.
+func TestAgentRBACWritesOnlyStatus(t *testing.T) {
+	writes := map[string][]string{}
+	var hubRules []rbacv1.PolicyRule
+	for _, obj := range AgentRBAC(tytesting.MakeKubernetesTarget("s", "gpu").Obj(), agentUser, hubUser) {
+		var rules []rbacv1.PolicyRule
+		switch o := obj.(type) {
+		case *rbacv1.Role:
+			if o.Name == HubAnswersRBACName("s") {
+				hubRules = o.Rules
+				continue
+			}
+			rules = o.Rules
+		case *rbacv1.ClusterRole:
+			rules = o.Rules
+		case *rbacv1.RoleBinding:
+			want := agentUser
+			if o.Name == HubAnswersRBACName("s") {
+				want = hubUser
+			}
+			if len(o.Subjects) != 1 || o.Subjects[0] != want || o.RoleRef.Name != o.Name {
+				t.Errorf("RoleBinding %s binds %v to %v, want %v to its own Role", o.Name, o.RoleRef.Name, o.Subjects, want)
+			}
+		}
+		for _, r := range rules {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if v != "get" && v != "list" && v != "watch" {
+						writes[res] = append(writes[res], v)
+					}
+				}
+			}
+		}
+	}
+	for _, res := range []string{"targets", "targets/status", "dispatches", "dispatches/status"} {
+		want := map[string][]string{"targets/status": {"update"}, "dispatches": {"patch"}, "dispatches/status": {"update"}}[res]
+		if !slices.Equal(writes[res], want) {
+			t.Errorf("the agent writes %s with %v, want %v", res, writes[res], want)
+		}
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"delete"}}}
+	if diff := cmp.Diff(want, hubRules); diff != "" {
+		t.Errorf("the hub's rules in the agent namespace (-want +got):\n%s", diff)
 	}
 }
 
@@ -93,7 +150,7 @@ func kindOf(v any) string {
 func TestAgentRBACSecretOnlyForSlurmCredential(t *testing.T) {
 	secretRules := func(tg *v1alpha1.Target) []rbacv1.PolicyRule {
 		var out []rbacv1.PolicyRule
-		for _, obj := range AgentRBAC(tg, rbacv1.Subject{Kind: rbacv1.UserKind, Name: "a"}) {
+		for _, obj := range AgentRBAC(tg, agentUser, hubUser) {
 			role, ok := obj.(*rbacv1.Role)
 			if !ok {
 				continue

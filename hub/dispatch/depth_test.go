@@ -1,0 +1,105 @@
+package dispatch
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+// TestQueueDepthFollowsStarts: a Slurm target's queue deepens past its
+// spec to the jobs that started there within twice the refill time the
+// watch measured, never past its GPUs; the deeper queue wakes the waiting
+// as it grows, and goes back to the spec once starts stop. A depth of 0
+// stays 0, and its target is not timed.
+func TestQueueDepthFollowsStarts(t *testing.T) {
+	cases := map[string]struct {
+		spec       int32
+		wantDeep   int32
+		wantWoken  bool
+		wantLater  int32
+		refillWant time.Duration
+	}{
+		"deepens to the starts, up to the GPUs": {spec: 2, wantDeep: 4, wantWoken: true, wantLater: 2, refillWant: 3 * time.Second},
+		"depth 0 keeps queueing off, untimed":   {spec: 0, wantDeep: 0, wantLater: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			now := t0
+			f := newInflight()
+			f.now = func() time.Time { return now }
+			target := tyt.MakeSlurmTarget("hpc", "h100", "gpu").Available().SlurmQueueDepth(tc.spec).Obj()
+			target.Status.Capacity = corev1.ResourceList{v1alpha1.GPUResource: resource.MustParse("4")}
+			f.recordTarget(target)
+			for i := range 3 {
+				joinLine(f, types.NamespacedName{Namespace: "team-a", Name: fmt.Sprintf("waiting-%d", i)}, waitingFor(1, "h100"))
+			}
+			// Six 1-GPU jobs booked at once, submitted 1 s later and seen
+			// running 2 s after Slurm started them.
+			var ds []*v1alpha1.Dispatch
+			f.mu.Lock()
+			for i := range 6 {
+				d := pendingDispatch(fmt.Sprintf("job-%d", i), "hpc", v1alpha1.DispatchPending)
+				f.bookLocked(keyOf(d.Namespace, d.Name), "hpc", d.Spec.Workload.UID, types.NamespacedName{Name: d.Name}, 1, nil, false, now)
+				ds = append(ds, d)
+			}
+			f.mu.Unlock()
+			now = now.Add(time.Second)
+			for _, d := range ds {
+				d.Status.Phase = v1alpha1.DispatchSubmitted
+				f.observe(d, 1)
+			}
+			started := metav1.NewTime(now)
+			now = now.Add(2 * time.Second)
+			woken := false
+			for _, d := range ds {
+				d.Status.Phase, d.Status.StartTime = v1alpha1.DispatchRunning, &started
+				if len(f.observe(d, 1)) > 0 {
+					woken = true
+				}
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			var refill time.Duration
+			if g := f.gauges["hpc"]; g != nil {
+				refill = g.refill()
+			}
+			if refill != tc.refillWant {
+				t.Errorf("refill time %s, want %s", refill, tc.refillWant)
+			}
+			if got := f.depthLocked(target, now); got != tc.wantDeep {
+				t.Errorf("depth right after the starts %d, want %d", got, tc.wantDeep)
+			}
+			if woken != tc.wantWoken {
+				t.Errorf("the starts woke the waiting: %v, want %v", woken, tc.wantWoken)
+			}
+			now = now.Add(2*refillMargin*3*time.Second + time.Second)
+			if got := f.depthLocked(target, now); got != tc.wantLater {
+				t.Errorf("depth once starts stopped %d, want %d", got, tc.wantLater)
+			}
+		})
+	}
+}
+
+// TestRefillSamplesAreBounded: a measurement longer than a refill could
+// take (an outage, a skewed clock) or negative moves no average.
+func TestRefillSamplesAreBounded(t *testing.T) {
+	avg := 2 * time.Second
+	for _, d := range []time.Duration{-time.Second, maxRefillSample + time.Second} {
+		sample(&avg, d)
+	}
+	if avg != 2*time.Second {
+		t.Errorf("average %s after out-of-bounds samples, want 2s", avg)
+	}
+	sample(&avg, 7*time.Second)
+	if want := 3 * time.Second; avg != want {
+		t.Errorf("average %s after a 7s sample, want %s", avg, want)
+	}
+}

@@ -1,0 +1,112 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+)
+
+// awayReasons are the reasons of a Target's Available=False that say its
+// agent's lease is not fresh (hub/targets judges them): the agent is not
+// renewing, whatever the hub makes of it.
+var awayReasons = []string{
+	v1alpha1.ReasonNoHeartbeat, v1alpha1.ReasonLeaseNotRenewed, v1alpha1.ReasonLeaseExpired,
+	v1alpha1.ReasonHubDisrupted, v1alpha1.ReasonAwaitingAgent,
+}
+
+// targetLost reports whether d's Target is gone, whether its agent's lease
+// ran out past the grace (hub/targets; never in disruption mode, never on
+// a Hold target) or ran out on a target an operator set out of service,
+// whether the Target is being deleted while its agent's lease is not fresh,
+// or whether the agent reports it stopped d's work for want of a lease.
+// Deleting a Target, like outOfService, is the operator's word that nothing
+// of it runs any more; a Target whose agent still renews is drained by
+// that agent. It is the one place that decides "lost": a lost target's
+// Dispatches are requeued, and their RemoteCleanupFinalizer, which only
+// their agent would release, is released by the hub (letGo).
+func targetLost(ctx context.Context, c client.Reader, d *v1alpha1.Dispatch) (bool, string) {
+	if d.Status.Reason == v1alpha1.ReasonAgentFenced {
+		return true, fmt.Sprintf("target %s lost its lease and stopped attempt %d", d.Spec.TargetName, d.Spec.Attempt)
+	}
+	var t v1alpha1.Target
+	if err := c.Get(ctx, client.ObjectKey{Name: d.Spec.TargetName}, &t); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return true, fmt.Sprintf("target %s was deleted", d.Spec.TargetName)
+		}
+		return false, ""
+	}
+	cond := apimeta.FindStatusCondition(t.Status.Conditions, v1alpha1.TargetAvailable)
+	if cond == nil || cond.Status != metav1.ConditionFalse {
+		return false, ""
+	}
+	switch {
+	// HeartbeatStale is what hubs before leases wrote for the same verdict.
+	case cond.Reason == v1alpha1.ReasonLeaseExpired || cond.Reason == v1alpha1.ReasonHeartbeatStale ||
+		cond.Reason == v1alpha1.ReasonOutOfService:
+		return true, fmt.Sprintf("target %s lost: %s", t.Name, cond.Message)
+	case !t.DeletionTimestamp.IsZero() && slices.Contains(awayReasons, cond.Reason):
+		return true, fmt.Sprintf("target %s is being deleted and its agent's lease is not fresh (%s): %s", t.Name, cond.Reason, cond.Message)
+	}
+	return false, ""
+}
+
+// letGo deletes d, unless it is being deleted already, and releases its
+// RemoteCleanupFinalizer when its target is lost (targetLost): the agent
+// that would release it once the remote work is gone is not coming back,
+// or deletes that work by epoch (its fence) when it does. Every path that
+// deletes a Dispatch, or waits for one being deleted, goes through here,
+// so none waits for an agent that is gone.
+func letGo(ctx context.Context, c client.Client, d *v1alpha1.Dispatch) error {
+	if d.DeletionTimestamp.IsZero() {
+		if err := c.Delete(ctx, d); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	if !controllerutil.ContainsFinalizer(d, v1alpha1.RemoteCleanupFinalizer) {
+		return nil
+	}
+	if lost, _ := targetLost(ctx, c, d); !lost {
+		return nil
+	}
+	patch := client.MergeFrom(d.DeepCopy())
+	controllerutil.RemoveFinalizer(d, v1alpha1.RemoteCleanupFinalizer)
+	return client.IgnoreNotFound(c.Patch(ctx, d, patch))
+}
+
+// lagRecheck paces a pass that found an attempt this hub booked or wrote
+// but the cache does not show as the current one yet.
+const lagRecheck = time.Second
+
+// waitForEarlierAttempts is startAttempt's pass while an earlier attempt
+// still exists (attemptUnderWay). One being deleted on a lost target is let
+// go now; the others wait for their agent, and their going (the Dispatch
+// watch) or their target's loss (the Target watch) wakes the Workload, so
+// the pass only looks again after RetryAfter. A booking or a Dispatch not
+// being deleted is the cache lagging what this hub just wrote: it shows
+// shortly (or the booking times out).
+func (r *Reconciler) waitForEarlierAttempts(ctx context.Context, s *state) (ctrl.Result, error) {
+	lags := r.flight.booked(s.wl.UID)
+	for i := range s.dispatches {
+		d := &s.dispatches[i]
+		if d.DeletionTimestamp.IsZero() {
+			lags = true
+			continue
+		}
+		if err := letGo(ctx, r.client, d); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if lags {
+		return ctrl.Result{RequeueAfter: lagRecheck}, nil
+	}
+	return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
+}
