@@ -51,7 +51,8 @@ var ErrPinnedCopyMismatch = errors.New("a TrainingRuntime of the pinned copy's n
 // which should be uncached: a runtime edited a moment ago must be pinned as
 // edited.
 func Pin(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.TrainJob) error {
-	return pinAt(ctx, r, c, tj, reuse{now: time.Now()})
+	_, err := pinAt(ctx, r, c, tj, reuse{now: time.Now()})
+	return err
 }
 
 // reuse says when an existing copy may be reused without a write.
@@ -77,18 +78,19 @@ func (u reuse) fresh(rt *trainer.TrainingRuntime) bool {
 	return u.within > 0 && u.now.Sub(lastPinned(rt)) < u.within
 }
 
-func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.TrainJob, u reuse) error {
+// pinAt pins tj and returns when the copy it points at was created.
+func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.TrainJob, u reuse) (time.Time, error) {
 	if err := refusePreset(tj); err != nil {
-		return err
+		return time.Time{}, err
 	}
-	snap, err := Take(ctx, r, tj)
+	snap, err := resolve(ctx, r, tj)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	name := pinnedName(snap.Name, snap.Hash)
 	var spec trainer.TrainingRuntimeSpec
 	if err := decodeSpec(snap.Spec.Raw, &spec); err != nil {
-		return err
+		return time.Time{}, err
 	}
 	source := fmt.Sprintf("%s/%s", snap.Kind, snap.Name)
 	pinned := &trainer.TrainingRuntime{
@@ -100,8 +102,9 @@ func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.Tr
 		},
 		Spec: spec,
 	}
-	if err := ensureCopy(ctx, r, c, pinned, u); err != nil {
-		return fmt.Errorf("pin runtime %s: %w", source, err)
+	created, err := ensureCopy(ctx, r, c, pinned, u)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("pin runtime %s: %w", source, err)
 	}
 	defaultFluxNodes(tj, &spec)
 	tj.Spec.RuntimeRef = trainer.RuntimeRef{
@@ -112,7 +115,7 @@ func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.Tr
 	}
 	tj.Annotations[AnnotationSource] = source
 	tj.Annotations[AnnotationHash] = snap.Hash
-	return nil
+	return created, nil
 }
 
 // refusePreset refuses a TrainJob that arrives with a pin annotation: a
@@ -143,46 +146,49 @@ const maxPinAttempts = 4
 // most a cache read: without the freshness rule every job wrote the same
 // copy, and parallel creates conflicted and retried into the webhook's
 // timeout.
-func ensureCopy(ctx context.Context, r client.Reader, c client.Writer, want *trainer.TrainingRuntime, u reuse) error {
+func ensureCopy(ctx context.Context, r client.Reader, c client.Writer, want *trainer.TrainingRuntime, u reuse) (created time.Time, err error) {
 	key := client.ObjectKeyFromObject(want)
 	hash := want.Annotations[AnnotationHash]
 	if u.cache != nil && u.within > 0 {
 		var have trainer.TrainingRuntime
 		if err := u.cache.Get(ctx, key, &have); err == nil &&
 			have.DeletionTimestamp == nil && samePinned(&have, hash) == nil && u.fresh(&have) {
-			return nil
+			return have.CreationTimestamp.Time, nil
 		}
 	}
 	for range maxPinAttempts {
 		err := c.Create(ctx, want.DeepCopy())
+		if err == nil {
+			return u.now, nil
+		}
 		if !apierrors.IsAlreadyExists(err) {
-			return err
+			return time.Time{}, err
 		}
 		var have trainer.TrainingRuntime
 		if err := r.Get(ctx, key, &have); apierrors.IsNotFound(err) {
 			continue // collected in between: create it again
 		} else if err != nil {
-			return err
+			return time.Time{}, err
 		}
 		if err := samePinned(&have, hash); err != nil {
-			return err
+			return time.Time{}, err
 		}
 		if have.DeletionTimestamp != nil {
-			return fmt.Errorf("pinned copy %s is being deleted; retry", key)
+			return time.Time{}, fmt.Errorf("pinned copy %s is being deleted; retry", key)
 		}
 		if u.fresh(&have) {
-			return nil
+			return have.CreationTimestamp.Time, nil
 		}
 		have.Annotations[AnnotationPinnedAt] = want.Annotations[AnnotationPinnedAt]
 		err = c.Update(ctx, &have)
 		if err == nil {
-			return nil
+			return have.CreationTimestamp.Time, nil
 		}
 		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return err
+			return time.Time{}, err
 		}
 	}
-	return fmt.Errorf("pinned copy %s kept changing over %d attempts; retry", key, maxPinAttempts)
+	return time.Time{}, fmt.Errorf("pinned copy %s kept changing over %d attempts; retry", key, maxPinAttempts)
 }
 
 // samePinned checks that rt is a pinned copy of the content hash says.

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -83,7 +84,7 @@ func TestPinTouchesReusedCopy(t *testing.T) {
 	}
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	tj := tyt.MakeTrainJob("train", ns).Obj()
-	if err := pinAt(context.Background(), c, c, tj, reuse{now: now}); err != nil {
+	if _, err := pinAt(context.Background(), c, c, tj, reuse{now: now}); err != nil {
 		t.Fatal(err)
 	}
 	var got trainer.TrainingRuntime
@@ -183,6 +184,45 @@ func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
 	}
 }
 
+// TestTakeRefusesUnpinned: a job without the pin webhook's marks, however
+// it got them wrong, is never snapshotted for dispatch: its runtime is a live
+// one the tenant can still edit. The same job pinned is taken.
+func TestTakeRefusesUnpinned(t *testing.T) {
+	cases := map[string]func(*trainer.TrainJob){
+		"pinned":                    nil,
+		"no pin annotations":        func(tj *trainer.TrainJob) { tj.Annotations = nil },
+		"the hash only":             func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationSource) },
+		"the source only":           func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationHash) },
+		"empty annotations":         func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash], tj.Annotations[AnnotationSource] = "", "" },
+		"kind left to the default":  func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef.Kind = nil },
+		"a ClusterTrainingRuntime":  func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef.Kind = ptr.To(trainer.ClusterTrainingRuntimeKind) },
+		"pin marks on another kind": func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef.Kind = ptr.To("JobSetRuntime") },
+	}
+	for name, edit := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			tj := tyt.MakeTrainJob("train", ns).Obj()
+			mustPin(t, c, tj)
+			if edit == nil {
+				if _, err := Take(context.Background(), c, tj); err != nil {
+					t.Fatalf("Take of a pinned job: %v", err)
+				}
+				return
+			}
+			edit(tj)
+			_, err := Take(context.Background(), c, tj)
+			if !errors.Is(err, ErrNotPinned) {
+				t.Fatalf("Take error = %v, want %v", err, ErrNotPinned)
+			}
+			for _, want := range []string{QueueLabel, tj.Spec.RuntimeRef.Name, "create it again with the label"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Take error %q does not say %q", err, want)
+				}
+			}
+		})
+	}
+}
+
 // TestPinWebhookStampsClock: the webhook stamps the copy with its clock.
 func TestPinWebhookStampsClock(t *testing.T) {
 	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
@@ -268,7 +308,7 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 				u.cache = newClient(squatter(t, tc.cached))
 			}
 			tj := tyt.MakeTrainJob("train", ns).Obj()
-			err := pinAt(context.Background(), c, c, tj, u)
+			_, err := pinAt(context.Background(), c, c, tj, u)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("pin error = %v, want %v", err, tc.wantErr)
 			}
@@ -307,7 +347,8 @@ func TestPinBurstWritesTheCopyOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			tj := tyt.MakeTrainJob(fmt.Sprintf("train-%d", i), ns).Obj()
-			errs <- pinAt(context.Background(), c, c, tj, reuse{now: now, within: time.Minute})
+			_, err := pinAt(context.Background(), c, c, tj, reuse{now: now, within: time.Minute})
+			errs <- err
 			names[i] = tj.Spec.RuntimeRef.Name
 		}()
 	}

@@ -5,6 +5,8 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/trainyard-dev/trainyard/internal/admission"
 )
 
 // The pinned-runtime policy. The API server enforces it itself, even while
@@ -16,7 +18,14 @@ import (
 //     virtual resource pinnedruntimes.trainyard.dev (the hub's collector,
 //     which deletes only unreferenced copies), or with its namespace;
 //   - a TrainJob's pin annotations never change after creation (the
-//     webhook refuses them at creation).
+//     webhook refuses them at creation on queued jobs, the policy on jobs
+//     created without the queue label, which the webhook never sees);
+//   - a TrainJob that is not pinned is never added to a Kueue queue: it
+//     was created without the queue label, and since runtimeRef is
+//     immutable and the pin annotations are set only at creation, labelling
+//     it later cannot pin it. Kueue allows the label while a job is
+//     suspended, so without this rule such a job would be queued naming a
+//     live runtime (the hub refuses to dispatch it anyway: snapshot.Take).
 
 // Deleting pinned copies, as the policy's authorizer check asks:
 //
@@ -42,6 +51,12 @@ const (
 	celLabelUnchanged = `request.resource.resource != 'trainingruntimes' || request.operation != 'UPDATE' || ` +
 		`(has(object.metadata.labels) && 'trainyard.dev/pinned-runtime' in object.metadata.labels ? object.metadata.labels['trainyard.dev/pinned-runtime'] : '<none>') == ` +
 		`(has(oldObject.metadata.labels) && 'trainyard.dev/pinned-runtime' in oldObject.metadata.labels ? oldObject.metadata.labels['trainyard.dev/pinned-runtime'] : '<none>')`
+	celPinOnlyQueued = `request.operation != 'CREATE' || (has(object.metadata.labels) && 'kueue.x-k8s.io/queue-name' in object.metadata.labels) || ` +
+		`!has(object.metadata.annotations) || !(['trainyard.dev/runtime-source', 'trainyard.dev/runtime-hash'].exists(k, k in object.metadata.annotations))`
+	celQueuedIsPinned = `request.resource.resource != 'trainjobs' || request.operation != 'UPDATE' || ` +
+		`!(has(object.metadata.labels) && 'kueue.x-k8s.io/queue-name' in object.metadata.labels) || ` +
+		`(has(oldObject.metadata.labels) && 'kueue.x-k8s.io/queue-name' in oldObject.metadata.labels) || ` +
+		`(has(object.metadata.annotations) && 'trainyard.dev/runtime-hash' in object.metadata.annotations)`
 	celDeleteAllowed = `request.operation != 'DELETE' || has(namespaceObject.metadata.deletionTimestamp) || ` +
 		`authorizer.group('trainyard.dev').resource('pinnedruntimes').namespace(request.namespace).check('delete').allowed()`
 )
@@ -52,6 +67,8 @@ const (
 	MsgPinImmutable  = "the trainyard.dev/runtime-source and trainyard.dev/runtime-hash annotations are set by trainyard when it pins a runtime and cannot be added, changed or removed"
 	MsgLabelKept     = "the trainyard.dev/pinned-runtime label of a pinned copy cannot be changed or removed"
 	MsgDeleteRefused = "this TrainingRuntime is a trainyard pinned copy; trainyard deletes it once no TrainJob refers to it"
+	MsgPinPreset     = "the trainyard.dev/runtime-source and trainyard.dev/runtime-hash annotations are set by trainyard when it pins the runtime of a TrainJob created with the kueue.x-k8s.io/queue-name label; remove them (a manifest copied from an existing TrainJob carries them)"
+	MsgQueueUnpinned = "a TrainJob created without the kueue.x-k8s.io/queue-name label cannot be added to a queue later: trainyard pins a job's runtime only when the job is created with the label, and a job with an unpinned runtime is never dispatched; delete this TrainJob and create it again with the label"
 )
 
 // PinnedRuntimePolicy is the ValidatingAdmissionPolicy, with its binding,
@@ -71,7 +88,7 @@ func PinnedRuntimePolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1
 			MatchConstraints: &admissionv1.MatchResources{
 				ResourceRules: []admissionv1.NamedRuleWithOperations{
 					rule("trainingruntimes", admissionv1.Update, admissionv1.Delete),
-					rule("trainjobs", admissionv1.Update),
+					rule("trainjobs", admissionv1.Create, admissionv1.Update),
 				},
 			},
 			MatchConditions: []admissionv1.MatchCondition{{Name: "pinned-runtime-or-trainjob", Expression: celIsPinnedOrJob}},
@@ -79,16 +96,11 @@ func PinnedRuntimePolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1
 				{Expression: celSpecUnchanged, Message: MsgSpecImmutable},
 				{Expression: celPinUnchanged, Message: MsgPinImmutable},
 				{Expression: celLabelUnchanged, Message: MsgLabelKept},
+				{Expression: celPinOnlyQueued, Message: MsgPinPreset},
+				{Expression: celQueuedIsPinned, Message: MsgQueueUnpinned},
 				{Expression: celDeleteAllowed, Message: MsgDeleteRefused, Reason: ptr.To(metav1.StatusReasonForbidden)},
 			},
 		},
 	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: PinnedRuntimePolicyName},
-		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        PinnedRuntimePolicyName,
-			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-		},
-	}
-	return policy, binding
+	return policy, admission.DenyBinding(PinnedRuntimePolicyName)
 }

@@ -26,12 +26,44 @@ var ErrRuntimeNotFound = errors.New("runtime not found")
 // ErrUnsupportedRuntime: the runtimeRef names a kind trainyard cannot run.
 var ErrUnsupportedRuntime = errors.New("unsupported runtime kind")
 
-// Take resolves tj's runtime and returns its snapshot. Where Trainer has
-// snapshotted the runtime for tj (see trainerSnapshot), the spec comes from
-// Trainer's copy, which must match the runtime tj names or, with that gone,
-// the hash recorded when it was pinned (a job never pinned whose runtime is
-// gone has only Trainer's copy, which Take then uses as it is).
+// ErrNotPinned: the TrainJob was never pinned, so the runtime it names is
+// a live one that can change after Kueue admitted the job.
+var ErrNotPinned = errors.New("the TrainJob's runtime was not pinned when it was created")
+
+// Take returns the snapshot of a pinned TrainJob's runtime, the one the hub
+// dispatches. A job that is not pinned is refused (ErrNotPinned): its
+// runtimeRef names a live runtime the tenant can edit between Kueue's
+// admission and the dispatch, and since runtimeRef is immutable and the pin
+// annotations are set only at creation, it can never be pinned later.
 func Take(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*v1alpha1.RuntimeSnapshot, error) {
+	if err := requirePinned(tj); err != nil {
+		return nil, err
+	}
+	return resolve(ctx, c, tj)
+}
+
+// requirePinned checks that tj carries the pin the webhook set at its
+// creation: both pin annotations, and a runtimeRef naming a namespaced
+// TrainingRuntime, as every pinned copy is. That the copy still holds the
+// pinned content is resolve's check (checkPinned).
+func requirePinned(tj *trainer.TrainJob) error {
+	if tj.Annotations[AnnotationHash] != "" && tj.Annotations[AnnotationSource] != "" &&
+		ptr.Deref(tj.Spec.RuntimeRef.Kind, "") == trainer.TrainingRuntimeKind {
+		return nil
+	}
+	return fmt.Errorf("%w: trainyard pins the runtime of a TrainJob created with the %s label, and this one was created "+
+		"without it (or while trainyard's pinning webhook was off), so it names the live %s %q, which can change after Kueue "+
+		"admits the job; delete the TrainJob and create it again with the label",
+		ErrNotPinned, QueueLabel, ptr.Deref(tj.Spec.RuntimeRef.Kind, trainer.ClusterTrainingRuntimeKind), tj.Spec.RuntimeRef.Name)
+}
+
+// resolve resolves tj's runtime, pinned or not (the pinning webhook
+// resolves the source runtime with it), and returns its snapshot. Where
+// Trainer has snapshotted the runtime for tj (see trainerSnapshot), the spec
+// comes from Trainer's copy, which must match the runtime tj names or, with
+// that gone, the hash recorded when it was pinned (a job never pinned whose
+// runtime is gone has only Trainer's copy, which resolve then uses as it is).
+func resolve(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*v1alpha1.RuntimeSnapshot, error) {
 	ref := tj.Spec.RuntimeRef
 	if g := ptr.Deref(ref.APIGroup, trainer.GroupVersion.Group); g != trainer.GroupVersion.Group {
 		return nil, fmt.Errorf("%w: apiGroup %q", ErrUnsupportedRuntime, g)

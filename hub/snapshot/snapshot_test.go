@@ -145,7 +145,9 @@ func TestTrainJobSnapshot(t *testing.T) {
 	}
 }
 
-func TestTake(t *testing.T) {
+// TestResolve: how a runtimeRef is resolved, pinned or not (Take adds the
+// pin requirement, TestTakeRefusesUnpinned).
+func TestResolve(t *testing.T) {
 	clusterSpec, nsSpec, otherNSSpec := tyt.TorchRuntimeSpec(1), tyt.TorchRuntimeSpec(2), tyt.TorchRuntimeSpec(3)
 	objs := []client.Object{
 		tyt.MakeClusterTrainingRuntime("torch-distributed").Spec(clusterSpec).Obj(),
@@ -215,15 +217,15 @@ func TestTake(t *testing.T) {
 					return tc.getErr
 				}})
 			}
-			got, err := Take(context.Background(), b.Build(), tc.tj)
+			got, err := resolve(context.Background(), b.Build(), tc.tj)
 			switch {
 			case tc.getErr != nil:
 				if !errors.Is(err, tc.getErr) || errors.Is(err, ErrRuntimeNotFound) {
-					t.Fatalf("Take error = %v, want %v unchanged", err, tc.getErr)
+					t.Fatalf("resolve error = %v, want %v unchanged", err, tc.getErr)
 				}
 				return
 			case !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil):
-				t.Fatalf("Take error = %v, want %v", err, tc.wantErr)
+				t.Fatalf("resolve error = %v, want %v", err, tc.wantErr)
 			case err != nil:
 				return
 			}

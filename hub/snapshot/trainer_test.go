@@ -176,7 +176,11 @@ func TestTakeUsesTrainersSnapshot(t *testing.T) {
 					t.Fatalf("delete runtime: %v", err)
 				}
 			}
-			got, err := Take(ctx, c, tj)
+			take := Take
+			if tc.noPinHash {
+				take = resolve // Take refuses a job without its pin (TestTakeRefusesUnpinned)
+			}
+			got, err := take(ctx, c, tj)
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 				t.Fatalf("Take error = %v, want %v", err, tc.wantErr)
 			}
@@ -196,7 +200,8 @@ func TestTakeUsesTrainersSnapshot(t *testing.T) {
 }
 
 // TestTakeSnapshotFromClusterRuntime: Trainer's snapshot of a
-// ClusterTrainingRuntime (a job that was never pinned) is read the same way.
+// ClusterTrainingRuntime (a job that was never pinned, which Take refuses
+// but the resolution under it reads) is read the same way.
 func TestTakeSnapshotFromClusterRuntime(t *testing.T) {
 	ctx := context.Background()
 	spec := tyt.TorchRuntimeSpec(3)
@@ -208,9 +213,9 @@ func TestTakeSnapshotFromClusterRuntime(t *testing.T) {
 	if err := c.Delete(ctx, crt); err != nil {
 		t.Fatalf("delete runtime: %v", err)
 	}
-	got, err := Take(ctx, c, tj)
+	got, err := resolve(ctx, c, tj)
 	if err != nil {
-		t.Fatalf("Take: %v", err)
+		t.Fatalf("resolve: %v", err)
 	}
 	_, hash := mustEncode(t, spec)
 	if got.Hash != hash || got.Kind != v1alpha1.RuntimeKindClusterTrainingRuntime || got.Name != "torch-distributed" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
@@ -34,6 +35,15 @@ type PinWebhook struct {
 	// runtime exists through its own informer cache, which is fed by the
 	// same API server watch, and refuses the job if the copy is not there yet.
 	Cache client.Reader
+	// Probe, when set, is asked for a dry-run create of the pinned job
+	// before the webhook answers, while the copy is younger than
+	// probeWindow: Kueue's TrainJob webhook (and Trainer's, where it runs)
+	// later in the same admission chain reads the runtime from its own
+	// informer cache, which a copy made a moment ago may not have reached
+	// yet. The dry run goes through those webhooks, so a job is answered
+	// only once they see its copy, and the first job of a new runtime is
+	// never refused for it.
+	Probe client.Writer
 	// Clock stamps AnnotationPinnedAt (default: the real clock).
 	Clock clock.PassiveClock
 	// RestampAfter: a pinned copy stamped less than this ago is reused
@@ -79,15 +89,23 @@ func (w *PinWebhook) Handle(ctx context.Context, req admission.Request) admissio
 	} else {
 		now = time.Now()
 	}
-	if err := pinAt(ctx, w.Reader, w.Writer, &tj, reuse{now: now, within: w.RestampAfter, cache: w.Cache}); err != nil {
+	created, err := pinAt(ctx, w.Reader, w.Writer, &tj, reuse{now: now, within: w.RestampAfter, cache: w.Cache})
+	if err != nil {
 		if errors.Is(err, ErrRuntimeNotFound) || errors.Is(err, ErrUnsupportedRuntime) || errors.Is(err, ErrPinnedCopyMismatch) ||
 			errors.Is(err, ErrSnapshotMismatch) {
 			return admission.Denied("trainyard cannot pin the runtime of this TrainJob: " + err.Error())
 		}
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	deadline, cancel := context.WithTimeout(ctx, visibleTimeout)
+	defer cancel()
 	if w.Cache != nil {
-		if err := waitVisible(ctx, w.Cache, client.ObjectKey{Namespace: tj.Namespace, Name: tj.Spec.RuntimeRef.Name}); err != nil {
+		if err := waitVisible(deadline, w.Cache, client.ObjectKey{Namespace: tj.Namespace, Name: tj.Spec.RuntimeRef.Name}); err != nil {
+			return admission.Errored(http.StatusServiceUnavailable, err)
+		}
+	}
+	if w.Probe != nil && now.Sub(created) < probeWindow {
+		if err := probeAdmission(deadline, w.Probe, &tj); err != nil {
 			return admission.Errored(http.StatusServiceUnavailable, err)
 		}
 	}
@@ -98,9 +116,45 @@ func (w *PinWebhook) Handle(ctx context.Context, req admission.Request) admissio
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
 }
 
+// probeWindow is how long after its creation a pinned copy is probed for:
+// far longer than any informer takes to see an object.
+const probeWindow = 30 * time.Second
+
+// Dry-run creates of the job being pinned, to see it through the rest of
+// the admission chain (probeAdmission); nothing is stored.
+//
+// +kubebuilder:rbac:groups=trainer.kubeflow.org,resources=trainjobs,verbs=create
+
+// probeAdmission dry-runs the create of tj until no webhook says its
+// runtime is not found, or ctx ends. Any other answer ends the probe: the
+// real create meets the same one and reports it.
+func probeAdmission(ctx context.Context, c client.Writer, tj *trainer.TrainJob) error {
+	probe := tj.DeepCopy()
+	probe.ResourceVersion, probe.UID = "", ""
+	// Without the pin annotations, so this webhook lets the dry run through.
+	delete(probe.Annotations, AnnotationSource)
+	delete(probe.Annotations, AnnotationHash)
+	for {
+		err := c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		if err == nil || !mentionsMissing(err, tj.Spec.RuntimeRef.Name) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pinned runtime %s not seen by the admission chain after %s: %v", tj.Spec.RuntimeRef.Name, visibleTimeout, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// mentionsMissing: err says the runtime name is not found, as Kueue's
+// TrainJob webhook words it ("runtime '<name>' not found").
+func mentionsMissing(err error, name string) bool {
+	msg := err.Error()
+	return strings.Contains(msg, name) && strings.Contains(msg, "not found")
+}
+
 func waitVisible(ctx context.Context, cache client.Reader, key client.ObjectKey) error {
-	ctx, cancel := context.WithTimeout(ctx, visibleTimeout)
-	defer cancel()
 	for {
 		err := cache.Get(ctx, key, &trainer.TrainingRuntime{})
 		if err == nil {
@@ -117,30 +171,60 @@ func waitVisible(ctx context.Context, cache client.Reader, key client.ObjectKey)
 	}
 }
 
-// WebhookConfiguration registers the pinning webhook at url with caBundle,
-// for TrainJobs that carry a Kueue queue label. It fails closed: a queued
-// TrainJob is never created with an unpinned runtime. It is never
-// reinvoked: a reinvocation would see the pin annotations it set itself,
-// which it cannot tell from ones a tenant wrote.
-func WebhookConfiguration(url string, caBundle []byte) *admissionregv1.MutatingWebhookConfiguration {
+// WebhookConfiguration registers the hub's TrainJob webhooks served at
+// base (scheme://host:port) with caBundle, for TrainJobs that carry a Kueue
+// queue label:
+//   - the pinning webhook on CREATE fails closed: a queued TrainJob is never
+//     created with an unpinned runtime. It is never reinvoked: a
+//     reinvocation would see the pin annotations it set itself, which it
+//     cannot tell from ones a tenant wrote;
+//   - the keep-pin webhook on UPDATE (see KeepPin) is asked only when an
+//     update of a pinned job touches what pinning set, and fails open: with
+//     the hub down a re-apply is refused as immutable, nothing worse, and
+//     Kueue's own updates of TrainJobs never wait for the hub.
+func WebhookConfiguration(base string, caBundle []byte) *admissionregv1.MutatingWebhookConfiguration {
+	pin, keep := base+WebhookPath, base+KeepPinWebhookPath
+	rule := func(op admissionregv1.OperationType) []admissionregv1.RuleWithOperations {
+		return []admissionregv1.RuleWithOperations{{
+			Operations: []admissionregv1.OperationType{op},
+			Rule: admissionregv1.Rule{APIGroups: []string{trainer.GroupVersion.Group}, APIVersions: []string{"v1alpha1"},
+				Resources: []string{"trainjobs"}},
+		}}
+	}
+	queued := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: QueueLabel, Operator: metav1.LabelSelectorOpExists,
+	}}}
 	return &admissionregv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "trainyard-pin-runtime"},
 		Webhooks: []admissionregv1.MutatingWebhook{{
 			Name:                    "pin-runtime.trainyard.dev",
 			AdmissionReviewVersions: []string{"v1"},
-			ClientConfig:            admissionregv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
-			Rules: []admissionregv1.RuleWithOperations{{
-				Operations: []admissionregv1.OperationType{admissionregv1.Create},
-				Rule: admissionregv1.Rule{APIGroups: []string{trainer.GroupVersion.Group}, APIVersions: []string{"v1alpha1"},
-					Resources: []string{"trainjobs"}},
-			}},
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: QueueLabel, Operator: metav1.LabelSelectorOpExists,
-			}}},
-			FailurePolicy:      ptr.To(admissionregv1.Fail),
-			SideEffects:        ptr.To(admissionregv1.SideEffectClassNoneOnDryRun),
-			ReinvocationPolicy: ptr.To(admissionregv1.NeverReinvocationPolicy),
-			TimeoutSeconds:     ptr.To[int32](10),
+			ClientConfig:            admissionregv1.WebhookClientConfig{URL: &pin, CABundle: caBundle},
+			Rules:                   rule(admissionregv1.Create),
+			ObjectSelector:          queued,
+			FailurePolicy:           ptr.To(admissionregv1.Fail),
+			SideEffects:             ptr.To(admissionregv1.SideEffectClassNoneOnDryRun),
+			ReinvocationPolicy:      ptr.To(admissionregv1.NeverReinvocationPolicy),
+			TimeoutSeconds:          ptr.To[int32](10),
+		}, {
+			Name:                    "keep-pin.trainyard.dev",
+			AdmissionReviewVersions: []string{"v1"},
+			ClientConfig:            admissionregv1.WebhookClientConfig{URL: &keep, CABundle: caBundle},
+			Rules:                   rule(admissionregv1.Update),
+			ObjectSelector:          queued,
+			MatchConditions:         []admissionregv1.MatchCondition{{Name: "pinned-and-touched", Expression: celTouchesPin}},
+			FailurePolicy:           ptr.To(admissionregv1.Ignore),
+			SideEffects:             ptr.To(admissionregv1.SideEffectClassNone),
+			ReinvocationPolicy:      ptr.To(admissionregv1.NeverReinvocationPolicy),
+			TimeoutSeconds:          ptr.To[int32](5),
 		}},
 	}
 }
+
+// celTouchesPin: the old TrainJob is pinned and the update changes its
+// runtimeRef, drops a pin annotation or drops trainer.numNodes, which is
+// all KeepPin ever restores.
+const celTouchesPin = `has(oldObject.metadata.annotations) && 'trainyard.dev/runtime-hash' in oldObject.metadata.annotations && ` +
+	`(object.spec.runtimeRef != oldObject.spec.runtimeRef || !has(object.metadata.annotations) || ` +
+	`!('trainyard.dev/runtime-hash' in object.metadata.annotations) || !('trainyard.dev/runtime-source' in object.metadata.annotations) || ` +
+	`(has(oldObject.spec.trainer) && has(oldObject.spec.trainer.numNodes) && !(has(object.spec.trainer) && has(object.spec.trainer.numNodes))))`

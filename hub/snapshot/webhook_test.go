@@ -3,16 +3,23 @@ package snapshot
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/google/go-cmp/cmp"
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
@@ -207,5 +214,79 @@ func TestPinWebhookNamespaceFromRequest(t *testing.T) {
 	}
 	if n := len(pinnedCopies(t, c, ns)); n != 1 {
 		t.Errorf("got %d pinned copies in %s, want 1", n, ns)
+	}
+}
+
+// admissionChain is a Probe standing for the webhooks after the pinning
+// one: it answers dry-run creates as Kueue's TrainJob webhook does while
+// its cache has not seen the runtime, missing times, then with answer.
+type admissionChain struct {
+	client.Writer
+	missing int
+	answer  error
+	probes  []*trainer.TrainJob
+}
+
+func (a *admissionChain) Create(_ context.Context, o client.Object, opts ...client.CreateOption) error {
+	tj := o.(*trainer.TrainJob)
+	co := &client.CreateOptions{}
+	co.ApplyOptions(opts)
+	if len(co.DryRun) == 0 {
+		return errors.New("the probe must be a dry run")
+	}
+	a.probes = append(a.probes, tj)
+	if len(a.probes) <= a.missing {
+		return apierrors.NewInternalError(fmt.Errorf("runtime '%s' not found", tj.Spec.RuntimeRef.Name))
+	}
+	return a.answer
+}
+
+// TestPinWebhookWaitsForTheAdmissionChain: the first job of a new runtime
+// is answered only once the webhooks after this one see its copy; any other
+// answer of theirs ends the wait (the real create meets it); a copy made
+// long ago is not probed.
+func TestPinWebhookWaitsForTheAdmissionChain(t *testing.T) {
+	now := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	cases := map[string]struct {
+		chain      admissionChain
+		oldCopy    bool
+		wantProbes int
+	}{
+		"copy seen at the third probe":   {chain: admissionChain{missing: 2}, wantProbes: 3},
+		"another refusal ends the probe": {chain: admissionChain{answer: apierrors.NewBadRequest("spec.trainer: invalid")}, wantProbes: 1},
+		"a copy made long ago":           {chain: admissionChain{missing: 100}, oldCopy: true, wantProbes: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			objs := []client.Object{tyt.MakeClusterTrainingRuntime("torch-distributed").Obj()}
+			if tc.oldCopy {
+				_, hash := mustEncode(t, tyt.TorchRuntimeSpec(1))
+				old := trainingRuntime(pinnedName("torch-distributed", hash), ns, tyt.TorchRuntimeSpec(1))
+				old.Labels = map[string]string{LabelPinned: "true"}
+				old.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: hash,
+					AnnotationPinnedAt: now.Add(-time.Second).Format(time.RFC3339)}
+				old.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+				objs = append(objs, old)
+			}
+			c := newClient(objs...)
+			chain := tc.chain
+			w := &PinWebhook{Reader: c, Writer: c, Cache: c, Probe: &chain, Clock: testingclock.NewFakePassiveClock(now), RestampAfter: time.Minute}
+			tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
+			resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tj, false))
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
+			}
+			if len(chain.probes) != tc.wantProbes {
+				t.Errorf("%d probes, want %d", len(chain.probes), tc.wantProbes)
+			}
+			for _, p := range chain.probes {
+				if _, ok := p.Annotations[AnnotationHash]; ok {
+					t.Errorf("probe carries the pin annotations, which the pinning webhook refuses")
+				}
+				if !strings.HasPrefix(p.Spec.RuntimeRef.Name, "torch-distributed-") {
+					t.Errorf("probe runs runtime %q, want the pinned copy", p.Spec.RuntimeRef.Name)
+				}
+			}
+		})
 	}
 }
