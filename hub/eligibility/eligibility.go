@@ -35,7 +35,7 @@ func Check(t *v1alpha1.Target, d *v1alpha1.Dispatch) string {
 	case v1alpha1.TargetTypeKubernetes:
 		// The Target's pod policy (Pod Security level, allowed pod fields)
 		// is part of the answer: the agent renders under the same one.
-		opts := jobset.RenderOptions{Namespace: renderNamespace, Policy: kubework.PolicyOf(t.Spec.Kubernetes)}
+		opts := jobset.RenderOptions{Namespace: renderNamespace, Policy: kubework.PolicyOf(&t.Spec)}
 		if t.Spec.Kubernetes != nil && t.Spec.Kubernetes.Backend == v1alpha1.KubernetesBackendLeaderWorkerSet {
 			_, err = lws.Render(&c, opts)
 		} else {

@@ -53,7 +53,8 @@ func withRuntime(d *v1alpha1.Dispatch, rt *trainer.ClusterTrainingRuntime) *v1al
 
 func fleet() map[string]*v1alpha1.Target {
 	lws := tyt.MakeKubernetesTarget("lws", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{Backend: v1alpha1.KubernetesBackendLeaderWorkerSet}).Obj()
-	slurm := tyt.MakeSlurmTarget("hpc", "gpu", "gpu").SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "alice"}).Obj()
+	slurm := tyt.MakeSlurmTarget("hpc", "gpu", "gpu").SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "alice"}).
+		HostImages("pytorch/pytorch:*").Obj()
 	return map[string]*v1alpha1.Target{
 		// Kubeflow's torch-distributed-with-cache runs its initializer as
 		// this ServiceAccount, which a Target must allow by name.
@@ -176,5 +177,37 @@ func TestCacheAnswersOncePerTargetSpec(t *testing.T) {
 	}
 	if len(c.answers) > 2 {
 		t.Errorf("cache holds %d answers, bound is 2", len(c.answers))
+	}
+}
+
+// TestCheckNamesImagesTheTargetDoesNotRun: every container that would run
+// on a spoke, initializers included, is held to its spec.images.allowed,
+// and the answer names the image.
+func TestCheckNamesImagesTheTargetDoesNotRun(t *testing.T) {
+	rts := shippedRuntimes(t)
+	spoke := func(allowed ...string) *v1alpha1.Target {
+		return tyt.MakeKubernetesTarget("jobset", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{
+			AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{"kubeflow-trainer-cache-initializer"}}}).
+			AllowedImages(allowed...).Obj()
+	}
+	cases := map[string]struct {
+		target  *v1alpha1.Target
+		runtime string
+		want    string
+	}{
+		"the trainer's image is allowed": {target: spoke("docker.io/pytorch/*"), runtime: "torch-distributed"},
+		"the trainer's image is not": {target: spoke("registry.example.org/*"), runtime: "torch-distributed",
+			want: `pod template of replicated job node: container "node": image "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime" is not one this target runs (spec.images.allowed: registry.example.org/*)`},
+		"an initializer's image is not": {target: spoke("pytorch/pytorch:*"), runtime: "torch-distributed-with-cache",
+			want: `pod template of replicated job dataset-initializer: container "dataset-initializer": image "ghcr.io/kubeflow/trainer/dataset-initializer" is not one this target runs (spec.images.allowed: pytorch/pytorch:*)`},
+		"the initializer's and the trainer's images are allowed": {target: spoke("pytorch/pytorch:*", "ghcr.io/kubeflow/trainer/*"),
+			runtime: "torch-distributed-with-cache"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := Check(tc.target, withRuntime(docsJob(tc.runtime), rts[tc.runtime])); !strings.Contains(got, tc.want) || (tc.want == "") != (got == "") {
+				t.Errorf("Check = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

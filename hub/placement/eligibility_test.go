@@ -101,6 +101,53 @@ func TestChooseFlavorless(t *testing.T) {
 	})
 }
 
+// TestChooseFlavorlessStaysInItsQueue (issue 26): a flavor-less job goes
+// only to targets serving a flavor of the ClusterQueue that admitted it; a
+// queue with no flavors at all sends it to any target that takes such jobs.
+func TestChooseFlavorlessStaysInItsQueue(t *testing.T) {
+	big, small := cpuMem("64", "256Gi"), cpuMem("16", "64Gi")
+	spoke := func() Candidate {
+		return cand(tyt.MakeKubernetesTarget("spoke", "gpu").Available().CPUAndMemory(small, small))
+	}
+	hpc := func() *tyt.TargetWrapper {
+		return tyt.MakeSlurmTarget("hpc", "hpc", "gpu").Flavors("hpc", "gpu").Available()
+	}
+	runChoose(t, map[string]chooseCase{
+		"a Slurm-only queue's job goes to the Slurm target, not the tighter spoke": {
+			req:        withQueueFlavors(cpuJob(2, 500, 1<<30), "hpc"),
+			candidates: []Candidate{spoke(), cand(hpc().CPUAndMemory(big, big))},
+			want:       Decision{Target: "hpc"},
+		},
+		"it waits for its queue's target rather than run on another": {
+			req:        withQueueFlavors(cpuJob(2, 8000, 1<<30), "hpc"),
+			candidates: []Candidate{spoke(), cand(hpc().SlurmQueueDepth(0).CPUAndMemory(big, cpuMem("4", "64Gi")))},
+			wantErr:    ErrNoCapacity,
+			wantMsg:    []string{"hpc: 4 CPU free, job needs 16"},
+		},
+		"a target serving one of several queue flavors takes it": {
+			req:        withQueueFlavors(cpuJob(1, 500, 1<<30), "a100", "gpu"),
+			candidates: []Candidate{spoke()},
+			want:       Decision{Target: "spoke"},
+		},
+		"no target of its queue's flavors": {
+			req:        withQueueFlavors(cpuJob(1, 500, 1<<30), "h100"),
+			candidates: []Candidate{spoke(), cand(hpc().CPUAndMemory(big, big))},
+			wantErr:    ErrNoTarget,
+			wantMsg:    []string{"no target serving its queue's flavors (h100) takes flavor-less jobs"},
+		},
+		"its queue's target denies flavor-less jobs": {
+			req:        withQueueFlavors(cpuJob(1, 500, 1<<30), "hpc"),
+			candidates: []Candidate{spoke(), cand(hpc().FlavorlessJobs(v1alpha1.FlavorlessJobsDeny).CPUAndMemory(big, big))},
+			wantErr:    ErrNoTarget,
+		},
+		"a queue with no flavors sends it anywhere, as before": {
+			req:        cpuJob(2, 4000, 1<<30),
+			candidates: []Candidate{spoke(), cand(hpc().SlurmQueueDepth(0).CPUAndMemory(big, cpuMem("4", "64Gi")))},
+			want:       Decision{Target: "spoke"},
+		},
+	})
+}
+
 // TestOnlyOtherFlavorsIsTold: the hub sends a job back to Kueue (which may
 // admit it with another flavor) only when targets of other flavors could
 // run it; a job that only waits for room is not marked so.

@@ -24,6 +24,20 @@ func TestChooseTopologyNeverFits(t *testing.T) {
 			wantErr:    ErrNoCapacity,
 			wantMsg:    []string{"a: 16 GPUs free, job needs 24"},
 		},
+		// Both backends report a node that takes no work now (cordoned or
+		// NotReady on Kubernetes, drained or down on Slurm) in the topology
+		// with no GPUs free: it counts for "could ever fit", not for "fits now".
+		"a rack with a node out of service keeps the job waiting": {
+			req:        request(ps),
+			candidates: []Candidate{cand(racks(target("a"), rk("b1", "r1", 8, 8, 0), rk("b1", "r2", 8)).MaxGPUsPerNode(8))},
+			wantErr:    ErrNoCapacity,
+			wantMsg:    []string{"a: no " + rack + " domain has room for pod set node (3 pods of 8 GPUs), the roomiest holds 2"},
+		},
+		"every node of the only large rack out of service: waits, never refused": {
+			req:        request(ps),
+			candidates: []Candidate{cand(racks(target("a"), rk("b1", "r1", 0, 0, 0), rk("b1", "r2", 8)).MaxGPUsPerNode(8))},
+			wantErr:    ErrNoCapacity,
+		},
 		"a target of unknown node size keeps the job waiting": {
 			req:        request(ps),
 			candidates: []Candidate{big("a"), cand(racks(target("b"), rk("b1", "r1", 8, 8)))},

@@ -40,13 +40,15 @@ type PodSet struct {
 type Request struct {
 	// Flavors are the Kueue flavors the Workload was admitted with; the
 	// target must serve all of them. None (a job whose resources no flavor
-	// of its ClusterQueue covers, such as a CPU-only job) goes to any target
-	// that takes flavor-less jobs.
+	// of its ClusterQueue covers, such as a CPU-only job) goes to a target
+	// that takes flavor-less jobs and serves one of QueueFlavors
+	// (v1alpha1.Target.Serves).
 	Flavors []string
 	PodSets []PodSet
-	// QueueFlavors are all flavors of the Workload's ClusterQueue: when no
-	// target of the admitted flavors can run the job but one of these
-	// flavors' targets can, Kueue may admit it with that flavor next time.
+	// QueueFlavors are all flavors of the Workload's ClusterQueue. A
+	// flavor-less job stays on their targets. When no target of the
+	// admitted flavors can run a job but one of these flavors' targets
+	// can, Kueue may admit it with that flavor next time.
 	QueueFlavors []string
 }
 
@@ -80,6 +82,10 @@ type Candidate struct {
 	// had free (Decision.Queued) that have not started yet: they count
 	// against the target's queue depth (Target.QueueDepth).
 	Queued int32
+	// QueueDepth is the target's queue depth for this decision when the
+	// hub deepened it (its adaptive depth); below Target.QueueDepth() it
+	// is not read.
+	QueueDepth int32
 }
 
 // Reservation is GPUs booked on one node of a target.
@@ -149,7 +155,7 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 	largestNode, sizeUnknown := int64(0), false
 	for _, c := range candidates {
 		t := c.Target
-		if !t.Serves(req.Flavors) {
+		if !t.Serves(req.Flavors, req.QueueFlavors) {
 			if c.Ineligible == "" && len(req.Flavors) > 0 && servesAny(t, req.QueueFlavors) {
 				eligibleElsewhere = append(eligibleElsewhere, t.Name)
 			}
@@ -190,7 +196,7 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 	sort.Strings(eligibleElsewhere)
 	if len(serving) == 0 {
 		if len(ineligible) == 0 {
-			return Decision{}, noTarget(req.Flavors)
+			return Decision{}, noTarget(req)
 		}
 		if len(eligibleElsewhere) > 0 {
 			// Kueue may admit the job with another flavor next time.
@@ -217,11 +223,15 @@ func Choose(req Request, candidates []Candidate) (Decision, error) {
 	return Decision{}, fmt.Errorf("%w for %s: %s", ErrNoCapacity, flavorWords(req.Flavors), strings.Join(reasons, "; "))
 }
 
-func noTarget(flavors []string) error {
-	if len(flavors) == 0 {
-		return fmt.Errorf("%w: the job was admitted with no flavor and no target takes flavor-less jobs", ErrNoTarget)
+func noTarget(req Request) error {
+	if len(req.Flavors) > 0 {
+		return fmt.Errorf("%w %s", ErrNoTarget, strings.Join(req.Flavors, ", "))
 	}
-	return fmt.Errorf("%w %s", ErrNoTarget, strings.Join(flavors, ", "))
+	if len(req.QueueFlavors) > 0 {
+		return fmt.Errorf("%w: the job was admitted with no flavor and no target serving its queue's flavors (%s) takes flavor-less jobs",
+			ErrNoTarget, strings.Join(req.QueueFlavors, ", "))
+	}
+	return fmt.Errorf("%w: the job was admitted with no flavor and no target takes flavor-less jobs", ErrNoTarget)
 }
 
 func flavorWords(flavors []string) string {

@@ -24,7 +24,7 @@ func queueOn(req Request, candidates []Candidate) (Decision, bool) {
 		}
 	}
 	var best *Candidate
-	room := func(c *Candidate) int32 { return c.Target.QueueDepth() - c.Queued }
+	room := func(c *Candidate) int32 { return c.queueDepth() - c.Queued }
 	for i := range candidates {
 		c := &candidates[i]
 		if room(c) <= 0 || !couldHold(req, c) {
@@ -39,6 +39,15 @@ func queueOn(req Request, candidates []Candidate) (Decision, bool) {
 	}
 	return Decision{Target: best.Target.Name, Queued: true,
 		FreeAfter: best.Target.Status.FreeGPUs - totalInFlight(*best) - req.GPUs()}, true
+}
+
+// queueDepth is how many jobs c may hold in its queue: its Target's
+// depth, or the deeper one the hub chose for this decision.
+func (c *Candidate) queueDepth() int32 {
+	if d := c.Target.QueueDepth(); d == 0 || c.QueueDepth < d {
+		return d
+	}
+	return c.QueueDepth
 }
 
 // couldHold reports whether c's nodes, all free, could run the job: each

@@ -39,6 +39,21 @@ func TestChooseQueueDepth(t *testing.T) {
 			wantErr:    ErrNoCapacity,
 			wantMsg:    []string{"hpc: 0 GPUs free, job needs 1"},
 		},
+		"a deeper depth the hub chose: queued past the spec": {
+			req:        job(1, 1),
+			candidates: []Candidate{{Target: full("hpc").SlurmQueueDepth(2).Obj(), Queued: 2, InFlightGPUs: 2, QueueDepth: 3}},
+			want:       Decision{Target: "hpc", FreeAfter: -3, Queued: true},
+		},
+		"a depth below the spec is not read": {
+			req:        job(1, 1),
+			candidates: []Candidate{{Target: full("hpc").SlurmQueueDepth(2).Obj(), Queued: 1, InFlightGPUs: 1, QueueDepth: 1}},
+			want:       Decision{Target: "hpc", FreeAfter: -2, Queued: true},
+		},
+		"depth 0 never queues, whatever the hub chose": {
+			req:        job(1, 1),
+			candidates: []Candidate{{Target: full("hpc").SlurmQueueDepth(0).Obj(), QueueDepth: 4}},
+			wantErr:    ErrNoCapacity,
+		},
 		"depth 0 never queues": {
 			req:        job(1, 1),
 			candidates: []Candidate{cand(full("hpc").SlurmQueueDepth(0))},

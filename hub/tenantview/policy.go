@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/internal/admission"
 )
 
 // RequesterPolicyName names the policy, and its binding, that makes a
@@ -51,14 +52,7 @@ func RequesterPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.Val
 			}},
 		},
 	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: RequesterPolicyName},
-		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        RequesterPolicyName,
-			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-		},
-	}
-	return policy, binding
+	return policy, admission.DenyBinding(RequesterPolicyName)
 }
 
 // policyMissing says why LogRequests cannot be trusted when the requester

@@ -218,7 +218,16 @@ func (r *Relay) collect(ctx context.Context, lr *v1alpha1.LogRequest) (ctrl.Resu
 // output is kept in the LogRequest only and the next request need not wait.
 func (r *Relay) release(ctx context.Context, d *v1alpha1.Dispatch, lr *v1alpha1.LogRequest, answer *corev1.ConfigMap) error {
 	if answer != nil {
-		if err := r.Client.Delete(ctx, answer, client.Preconditions{UID: &answer.UID, ResourceVersion: &answer.ResourceVersion}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		err := r.Client.Delete(ctx, answer, client.Preconditions{UID: &answer.UID, ResourceVersion: &answer.ResourceVersion})
+		switch {
+		case apierrors.IsForbidden(err):
+			// The hub deletes ConfigMaps only where the agent namespace's
+			// RBAC (targets.AgentRBAC) lets it. Without it the answer stays
+			// until the next one replaces it or its Dispatch goes; the
+			// tenant still gets this one.
+			ctrl.LoggerFrom(ctx).Info("may not delete a log answer; apply the agent namespace's RBAC of hub/targets.AgentRBAC",
+				"namespace", answer.Namespace, "configMap", answer.Name)
+		case client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err):
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package tenantview
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -266,5 +267,33 @@ func TestWaitsForAnotherPendingRequest(t *testing.T) {
 	f.clock.Step(5 * time.Second) // the other one's deadline passed
 	if _, lr = f.reconcile(t); lr.Status.RelayedAt == nil {
 		t.Errorf("not relayed after the other request's deadline: %+v", lr.Status)
+	}
+}
+
+// TestAnswerKeptWhereTheHubMayNotDelete: without the hub's Role of
+// targets.AgentRBAC in the agent namespace, deleting the answer is
+// Forbidden; the tenant still gets it and the Dispatch is released.
+func TestAnswerKeptWhereTheHubMayNotDelete(t *testing.T) {
+	f := newFixture(t, allowAll, append(world(), logRequest("llama"))...)
+	forbidden := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+		if _, ok := obj.(*corev1.ConfigMap); ok {
+			return apierrors.NewForbidden(corev1.Resource("configmaps"), obj.GetName(), errors.New("no RBAC"))
+		}
+		return c.Delete(ctx, obj, opts...)
+	}
+	f.relay.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{Delete: forbidden})
+	f.reconcile(t)
+	answer := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "agents-1", Name: v1alpha1.LogsAnswerName("llama-2"),
+		Annotations: map[string]string{v1alpha1.AnnotationLogsRequestID: "lr-uid"}},
+		Data: map[string]string{v1alpha1.LogsDataKey: "step 9\n"}}
+	if err := f.c.Create(context.Background(), answer); err != nil {
+		t.Fatal(err)
+	}
+	_, lr := f.reconcile(t)
+	if lr.Status.Phase != v1alpha1.LogRequestAnswered || lr.Status.Log != "step 9\n" {
+		t.Errorf("status = %+v, want Answered with the output", lr.Status)
+	}
+	if a := f.dispatch(t, "llama-2").Annotations[v1alpha1.AnnotationLogsRequest]; a != "" {
+		t.Errorf("request left on the Dispatch: %s", a)
 	}
 }
