@@ -23,9 +23,16 @@ build: ## Build trainyard's binaries into bin/.
 tools: ## Build the control-plane binaries, Kueue, JobSet, LeaderWorkerSet, kwok, controller-gen, helm and kustomize (cached).
 	hack/build-tools.sh
 
+# One build of the chroot at a time: a second build-root.sh takes a running build's temp
+# dir for an interrupted build's and removes it. The lock is taken here, not in the script,
+# because the chroot's cache key is the script's hash. Once the chroot is built it is free.
+SLURM_CACHE := $(or $(TRAINYARD_CACHE),$(HOME)/.cache/trainyard)/slurm
+
 .PHONY: slurm-root
 slurm-root: ## Build the Debian trixie chroot with Slurm 24.11 (cached).
-	hack/slurm/build-root.sh
+	@mkdir -p "$(SLURM_CACHE)"
+	@flock -n "$(SLURM_CACHE)/build.lock" true || echo "[slurm-root] waiting for another process's build"
+	flock "$(SLURM_CACHE)/build.lock" hack/slurm/build-root.sh
 
 .PHONY: dev-up
 dev-up: tools slurm-root ## Start the local sandbox (hub + Kueue, 2 kwok spokes, 2 Slurm clusters: bare and OCI containers); Ctrl-C stops it.
@@ -85,5 +92,5 @@ test: fmt vet unit integration ## Everything CI runs: format, vet, unit and inte
 BENCH ?= .
 
 .PHONY: bench
-bench: tools ## One table: 200 TrainJobs vs 200 raw jobs on Kubernetes spokes and on Slurm (ratios); hub p99s with 2,000 finished Dispatches cached; 1,000 jobs side by side with Kueue's MultiKueue (1 hub + 3 spokes); 10,000 waiting TrainJobs with the hub as a process (RSS, fan-out, decisions/s). BENCH=regexp picks benches.
+bench: tools ## One table: 200 TrainJobs vs 200 raw jobs on Kubernetes spokes and on Slurm (ratios); Slurm fill under a backlog of 10 s jobs against raw submissions (BENCH=Fill prints `fill: slurm <ratio>`); hub p99s with 2,000 finished Dispatches cached; 1,000 jobs side by side with Kueue's MultiKueue (1 hub + 3 spokes); 10,000 waiting TrainJobs with the hub as a process (RSS, fan-out, decisions/s). BENCH=regexp picks benches.
 	nice go test -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 150m ./test/bench/

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# configure.sh ROOT -- write a single-host Slurm 24.11 configuration into the chroot ROOT.
+# configure.sh ROOT -- write a single-host Slurm 24.11 configuration into the chroot clone
+# ROOT (clone-root.sh makes it; the built chroot itself is never configured).
 #
 # Four emulated nodes n1..n4 (one slurmd -N each, ports 17001-17004) with fake GPUs:
 # n1,n2 have 4 x h100 and n3,n4 4 x a100, backed by plain files so that Slurm sets
@@ -12,10 +13,10 @@
 # 300; a suite may ask for a few seconds, as on a busy cluster); slurmrestd then serves
 # them from /slurmdb/. A torch shim (below) lets torchrun run.
 #
-# Several clusters on one machine: each runs in a chroot of its own (clone-root.sh) under
-# its own ClusterName, its ports moved up by PORT_OFFSET: slurmctld 6817, slurmdbd 6819,
-# slurmrestd 6820 and the nodes' slurmd 17001-17004, each plus the offset. The choice is
-# written to /etc/slurm/harness.env, which start.sh and daemon.sh read.
+# Several clusters on one machine: each runs in a clone of its own under its own ClusterName,
+# its ports moved up by PORT_OFFSET: slurmctld 6817, slurmdbd 6819, slurmrestd 6820 and the
+# nodes' slurmd 17001-17004, each plus the offset. The choice is written to
+# /etc/slurm/harness.env, which start.sh and daemon.sh read.
 #
 # Env: TOPO=tree|block|none (default tree), MIN_JOB_AGE (s, default 300),
 #      CLUSTER_NAME (default trainyard), PORT_OFFSET (default 0, at most 990).
@@ -31,6 +32,8 @@ PORT_OFFSET=${PORT_OFFSET:-0}
 CTLD_PORT=$((6817 + PORT_OFFSET)); DBD_PORT=$((6819 + PORT_OFFSET)); REST_PORT=$((6820 + PORT_OFFSET))
 NODE_PORT=$((17001 + PORT_OFFSET))
 [ -x "$R/usr/sbin/slurmrestd" ] || { echo "configure.sh: $R is not a Slurm chroot (run hack/slurm/build-root.sh)" >&2; exit 1; }
+# The built chroot is only copied, never configured: a clone may be copied from it meanwhile.
+[ -e "$R/.trainyard-clone" ] || { echo "configure.sh: $R is not a clone; configure one of its own (hack/slurm/clone-root.sh $R NAME)" >&2; exit 1; }
 c() { chroot "$R" "$@"; }
 
 cp /etc/hosts "$R/etc/hosts"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# start.sh ROOT -- start the single-host Slurm cluster in the chroot ROOT (configured by
-# configure.sh): munged, MariaDB and slurmdbd (accounting), slurmctld, one slurmd per
-# emulated node, slurmrestd with the slurmctld and slurmdbd APIs on 127.0.0.1:6820 (or the
-# address configure.sh wrote to /etc/slurm/harness.env for a further cluster). Returns once
-# every node is idle and slurmrestd answers an authenticated ping; on a timeout it prints
-# the relevant log tails, stops everything and exits 1.
+# start.sh ROOT -- start the single-host Slurm cluster in the chroot clone ROOT (made by
+# clone-root.sh, configured by configure.sh): munged, MariaDB and slurmdbd (accounting),
+# slurmctld, one slurmd per emulated node, slurmrestd with the slurmctld and slurmdbd APIs
+# on 127.0.0.1:6820 (or the address configure.sh wrote to /etc/slurm/harness.env for a
+# further cluster). Returns once every node is idle and slurmrestd answers an authenticated
+# ping; on a timeout it prints the relevant log tails, stops everything and exits 1.
 #
 # Any previous instance (also a half-started one) is stopped first, and slurmctld's saved
 # state and the accounting database are wiped, so every start begins with an empty queue,
@@ -27,6 +27,7 @@ elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1fs", b - a}'
 say() { echo "[slurm +$(elapsed)] $*"; }
 c() { chroot "$R" "$@"; }
 
+[ -e "$R/.trainyard-clone" ] || { echo "start.sh: $R is not a clone; run clusters in clones (hack/slurm/clone-root.sh)" >&2; exit 1; }
 [ -s "$R/etc/slurm/slurm.conf" ] || { echo "start.sh: $R has no slurm.conf; run hack/slurm/configure.sh $R" >&2; exit 1; }
 
 fail() {

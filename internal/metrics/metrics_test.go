@@ -215,7 +215,7 @@ func TestHubState(t *testing.T) {
 		},
 	}).Build()
 	flight := &HubFlight{Counts: func() FlightCounts {
-		return FlightCounts{InFlight: map[string]int{"a": 2, "b": 1}, Queued: map[string]int{"b": 1}, Waiting: []WaitingJob{
+		return FlightCounts{InFlight: map[string]int{"a": 2, "b": 1}, Queued: map[string]int{"b": 1}, QueueLimit: map[string]int{"b": 12}, Waiting: []WaitingJob{
 			{Since: now.Add(-10 * time.Minute), Flavors: []string{"gpu"}},
 			{Since: now.Add(-time.Minute), Flavors: []string{"gpu"}},
 			{Since: now.Add(-2 * time.Minute), Flavors: []string{"tpu"}},
@@ -234,6 +234,9 @@ func TestHubState(t *testing.T) {
 trainyard_dispatches_in_flight{target="a"} 2
 trainyard_dispatches_in_flight{target="b"} 1
 trainyard_dispatches_in_flight{target="c"} 0
+# HELP trainyard_dispatches_queue_limit How many Dispatches the hub keeps in the Target's own queue now: spec.slurm.queueDepth, or deeper while jobs start there faster than the hub refills it.
+# TYPE trainyard_dispatches_queue_limit gauge
+trainyard_dispatches_queue_limit{target="b"} 12
 # HELP trainyard_dispatches_queued Dispatches sent to the Target beyond what it had free, to wait in its own queue (spec.slurm.queueDepth), not yet Running.
 # TYPE trainyard_dispatches_queued gauge
 trainyard_dispatches_queued{target="a"} 0

@@ -50,15 +50,20 @@ type FlightCounts struct {
 	// Pending or Submitted); Queued those of them sent to wait in the
 	// target's own queue.
 	InFlight, Queued map[string]int
+	// QueueLimit is, per target that takes queued jobs, how many the hub
+	// keeps in its queue now: spec.slurm.queueDepth, or deeper while jobs
+	// start there faster than the hub refills it.
+	QueueLimit map[string]int
 	// Waiting is the record's line of Workloads waiting for room.
 	Waiting []WaitingJob
 }
 
 // WaitingJob is one Workload of the waiting line: the flavors it was
-// admitted with, and since when it has waited.
+// admitted with, those of its ClusterQueue, and since when it has waited.
 type WaitingJob struct {
-	Flavors []string
-	Since   time.Time
+	Flavors      []string
+	QueueFlavors []string
+	Since        time.Time
 }
 
 // Start registers h as a source until ctx ends.
@@ -157,6 +162,8 @@ var (
 	inFlightDesc = desc("dispatches_in_flight", "Dispatches to the Target not yet Running (Pending or Submitted).", "target")
 	queuedDesc   = desc("dispatches_queued",
 		"Dispatches sent to the Target beyond what it had free, to wait in its own queue (spec.slurm.queueDepth), not yet Running.", "target")
+	queueLimitDesc = desc("dispatches_queue_limit",
+		"How many Dispatches the hub keeps in the Target's own queue now: spec.slurm.queueDepth, or deeper while jobs start there faster than the hub refills it.", "target")
 	queueDepthDesc = desc("queue_depth",
 		"Workloads waiting for a placement because no target had room, under each Target serving their flavors (target empty: none serves them).", "target")
 	oldestWaitDesc = desc("queue_oldest_wait_seconds", "Seconds the longest-waiting Workload of queue_depth has waited.", "target")
@@ -175,7 +182,7 @@ func newStateCollector(s *sourceSet, b *beatSet) prometheus.Collector {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{targetAvailableDesc, awaitingAgentDesc, lastHeartbeatDesc, heartbeatAgeDesc, lostAfterDesc,
-		inFlightDesc, queuedDesc, queueDepthDesc, oldestWaitDesc, agentPhaseDesc} {
+		inFlightDesc, queuedDesc, queueLimitDesc, queueDepthDesc, oldestWaitDesc, agentPhaseDesc} {
 		ch <- d
 	}
 }
@@ -251,6 +258,9 @@ func (c *stateCollector) collectHub(ctx context.Context, h *HubState, flight *Hu
 		if counts.InFlight != nil {
 			gauge(ch, inFlightDesc, float64(counts.InFlight[t.Name]), t.Name)
 			gauge(ch, queuedDesc, float64(counts.Queued[t.Name]), t.Name)
+			if n, ok := counts.QueueLimit[t.Name]; ok {
+				gauge(ch, queueLimitDesc, float64(n), t.Name)
+			}
 		}
 	}
 	if counts.InFlight != nil {
@@ -269,7 +279,7 @@ func collectQueue(targets []v1alpha1.Target, line []WaitingJob, now time.Time, c
 	for _, w := range line {
 		serving := []string{}
 		for _, t := range targets {
-			if t.Serves(w.Flavors) {
+			if t.Serves(w.Flavors, w.QueueFlavors) {
 				serving = append(serving, t.Name)
 			}
 		}

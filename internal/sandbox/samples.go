@@ -65,13 +65,7 @@ const (
 // queue team-a/hpc-oci's flavor: it runs every job in its image, and the
 // images Kubeflow's runtimes name are out of reach without internet.
 func startTrainyard(ctx context.Context, f *fleet.Fleet, sl, slOCI *slurm.Cluster, o Options) (*controllers.Controllers, error) {
-	gpus := int64(o.Spokes*o.Nodes) * o.GPUsPerNode
-	if sl != nil {
-		gpus += slurmGPUs
-	}
-	if err := controllers.SetUpQueue(ctx, f.Hub, controllers.Queue{
-		ClusterQueue: "team-a", Namespace: SampleNamespace, LocalQueue: SampleQueue, Flavor: sampleFlavor, GPUs: fmt.Sprint(gpus),
-	}); err != nil {
+	if err := controllers.SetUpQueue(ctx, f.Hub, sampleQueue(f, o, sl != nil)); err != nil {
 		return nil, err
 	}
 	if err := f.Hub.Client.Create(ctx, sampleClusterRuntime()); err != nil {
@@ -106,6 +100,10 @@ func startTrainyard(ctx context.Context, f *fleet.Fleet, sl, slOCI *slurm.Cluste
 		opts.Slurm = []controllers.SlurmTarget{{Name: "hpc", Cluster: sl, APIVersion: "v0.0.42",
 			Partitions: []v1alpha1.SlurmPartition{{Flavor: sampleFlavor, Partition: "gpu"}, {Flavor: hpcFlavor, Partition: "gpu"}},
 			Accounts:   alice,
+			// hpc runs commands on its nodes: the chroot's Debian PyTorch
+			// stands for the PyTorch images the sample runtime names. A job
+			// naming any other image is not placed here, and is told why.
+			Images: &v1alpha1.TargetImages{HostEnvironment: []string{"docker.io/pytorch/pytorch:*"}},
 		}, {Name: "hpc-oci", Cluster: slOCI, APIVersion: "v0.0.42", ContainerRuntime: v1alpha1.ContainerRuntimeOCI,
 			// OCI unpacks the image once, where every node sees it.
 			WorkDir:    ociWorkDir,
@@ -115,23 +113,6 @@ func startTrainyard(ctx context.Context, f *fleet.Fleet, sl, slOCI *slurm.Cluste
 	}
 	return controllers.Start(ctx, f, opts)
 }
-
-// setUpSlurmQueues makes queues team-a/hpc and team-a/hpc-oci, whose
-// flavors only the Slurm target of that name serves.
-func setUpSlurmQueues(ctx context.Context, f *fleet.Fleet) error {
-	for _, q := range []controllers.Queue{
-		{ClusterQueue: "team-a-hpc", Namespace: SampleNamespace, LocalQueue: SlurmQueue, Flavor: hpcFlavor, GPUs: fmt.Sprint(slurmGPUs)},
-		{ClusterQueue: "team-a-hpc-oci", Namespace: SampleNamespace, LocalQueue: OCIQueue, Flavor: hpcOCIFlavor, GPUs: fmt.Sprint(slurmGPUs)},
-	} {
-		if err := controllers.SetUpQueue(ctx, f.Hub, q); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// slurmGPUs are the GPUs of the sandbox Slurm cluster's gpu partition.
-const slurmGPUs = 16
 
 // sampleClusterRuntime is a torch runtime in the shape of Trainer's own
 // torch-distributed one, whose pods kwok runs for 45 seconds. No toleration

@@ -129,14 +129,7 @@ func Start(ctx context.Context, o Options) (s *Sandbox, err error) {
 		return s, err
 	}
 	for _, c := range s.Fleet.Spokes {
-		var nodes []fleet.NodeSpec
-		for i := 0; i < o.Nodes; i++ {
-			nodes = append(nodes, fleet.NodeSpec{
-				Name: fmt.Sprintf("%s-gpu-%d", c.Name, i), GPUs: o.GPUsPerNode,
-				Labels: map[string]string{"topology.kubernetes.io/rack": fmt.Sprintf("rack-%d", i/2)},
-			})
-		}
-		if err = c.AddKwokNodes(ctx, nodes...); err != nil {
+		if err = c.AddKwokNodes(ctx, spokeNodes(c.Name, o)...); err != nil {
 			return s, err
 		}
 	}
@@ -169,6 +162,19 @@ func Start(ctx context.Context, o Options) (s *Sandbox, err error) {
 	}
 	s.Ready = time.Since(t0)
 	return s, nil
+}
+
+// spokeNodes are the kwok nodes of spoke: o.Nodes of o.GPUsPerNode GPUs,
+// two to a rack.
+func spokeNodes(spoke string, o Options) []fleet.NodeSpec {
+	var nodes []fleet.NodeSpec
+	for i := 0; i < o.Nodes; i++ {
+		nodes = append(nodes, fleet.NodeSpec{
+			Name: fmt.Sprintf("%s-gpu-%d", spoke, i), GPUs: o.GPUsPerNode,
+			Labels: map[string]string{"topology.kubernetes.io/rack": fmt.Sprintf("rack-%d", i/2)},
+		})
+	}
+	return nodes
 }
 
 // startSlurm starts both Slurm clusters side by side, lets the second run

@@ -108,6 +108,12 @@ func (w *TargetWrapper) SlurmQueueDepth(n int32) *TargetWrapper {
 	return w
 }
 
+// SlurmKillWait sets spec.slurm.killWaitSeconds.
+func (w *TargetWrapper) SlurmKillWait(seconds int32) *TargetWrapper {
+	w.Spec.Slurm.KillWaitSeconds = &seconds
+	return w
+}
+
 // SlurmAPIVersion sets the slurmrestd API version.
 func (w *TargetWrapper) SlurmAPIVersion(v v1alpha1.SlurmAPIVersion) *TargetWrapper {
 	w.Spec.Slurm.APIVersion = v
@@ -258,6 +264,26 @@ func (w *TargetWrapper) CPUAndMemory(total, free corev1.ResourceList) *TargetWra
 	for k, v := range free {
 		w.Status.Free[k] = v
 	}
+	return w
+}
+
+// HostImages sets the images a bare-node Slurm cluster's host environment
+// stands for (spec.images.hostEnvironment).
+func (w *TargetWrapper) HostImages(patterns ...string) *TargetWrapper {
+	if w.Spec.Images == nil {
+		w.Spec.Images = &v1alpha1.TargetImages{}
+	}
+	w.Spec.Images.HostEnvironment = patterns
+	return w
+}
+
+// AllowedImages limits a target that runs containers to these images
+// (spec.images.allowed).
+func (w *TargetWrapper) AllowedImages(patterns ...string) *TargetWrapper {
+	if w.Spec.Images == nil {
+		w.Spec.Images = &v1alpha1.TargetImages{}
+	}
+	w.Spec.Images.Allowed = patterns
 	return w
 }
 

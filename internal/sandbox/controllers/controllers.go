@@ -11,23 +11,20 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub"
-	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	"github.com/trainyard-dev/trainyard/hub/targets"
 	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
@@ -47,7 +44,8 @@ type Options struct {
 	// SpokeNamespace is the prefix of the spokes' tenant namespaces (default
 	// "jobs"): a hub namespace's jobs go to kubework.TenantNamespace(it, ns).
 	SpokeNamespace string
-	// AllowedPodFields are the spoke Targets' spec.kubernetes.allowedPodFields.
+	// AllowedPodFields are the spoke Targets' spec.kubernetes.allowedPodFields,
+	// with the kwok taint's key always among tolerationKeys (withKwokToleration).
 	AllowedPodFields *v1alpha1.AllowedPodFields
 	TopologyLevels   []string
 	// LostTargetTimeout, when LeaseDuration is unset, is the agents' lease
@@ -59,6 +57,11 @@ type Options struct {
 	LeaseDuration      time.Duration
 	LeaseGrace         time.Duration
 	LeaseRenewInterval time.Duration
+	// FenceAfter: the agents of Requeue targets stop their running work
+	// after this long without a renewal, and the hub requeues after it
+	// (default: LeaseDuration when that is set, so a suite with a short
+	// lease fails over as fast; else the production default).
+	FenceAfter time.Duration
 	// PinnedRuntimeGracePeriod of the hub's collector of pinned runtime
 	// copies (default if 0).
 	PinnedRuntimeGracePeriod time.Duration
@@ -99,7 +102,17 @@ type SlurmTarget struct {
 	WorkDir string
 	// ContainerRuntime is spec.slurm.containerRuntime (empty: None).
 	ContainerRuntime v1alpha1.ContainerRuntime
+	// Images is spec.images. Nil on a cluster without a container
+	// runtime: HarnessHostImages, what the suites' runtimes name.
+	Images *v1alpha1.TargetImages
 }
+
+// HarnessHostImages are the images the harness cluster's host stands for
+// when a suite names none: its chroot's Debian Python, PyTorch and Open MPI
+// (and a stand-in flux where a suite adds one) run what the runtimes of
+// the suites and Kubeflow's shipped ones are written for.
+var HarnessHostImages = []string{"docker.io/pytorch/pytorch:*", "docker.io/mpioperator/*", "ghcr.io/kubeflow/*",
+	"nvcr.io/nvidia/*", "docker.io/library/ubuntu:*", "ghcr.io/flux-framework/*", "ghcr.io/converged-computing/*", "registry.example/*"}
 
 // Controllers are the running hub and agents.
 type Controllers struct {
@@ -156,7 +169,7 @@ func Register(ctx context.Context, f *fleet.Fleet, o Options) (*Registration, er
 	hubOpts.MetricsAddr = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	hubOpts.QPS, hubOpts.Burst = o.HubQPS, o.HubBurst
 	hubOpts.Options = hub.Options{Lease: targets.LeaseSettings{
-		Duration: o.LeaseDuration, Grace: o.LeaseGrace, DisruptionThreshold: o.DisruptionThreshold}}
+		Duration: o.LeaseDuration, FenceAfter: o.FenceAfter, Grace: o.LeaseGrace, DisruptionThreshold: o.DisruptionThreshold}}
 	hubOpts.Options.PinnedRuntimeGracePeriod = o.PinnedRuntimeGracePeriod
 	r.HubOptions = hubOpts
 	if r.HubConfig, err = hubIdentity(ctx, f.Hub); err != nil {
@@ -171,6 +184,9 @@ func (o *Options) defaults() {
 	}
 	if o.LeaseDuration == 0 {
 		o.LeaseDuration = o.LostTargetTimeout
+	}
+	if o.FenceAfter == 0 {
+		o.FenceAfter = o.LeaseDuration
 	}
 }
 
@@ -223,7 +239,7 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 // agentOptions tune the agent of target.
 func (o Options) agentOptions(target string) spoke.Options {
 	return spoke.Options{HeartbeatInterval: o.HeartbeatInterval, FenceInterval: o.FenceInterval, Resync: o.Resync,
-		LeaseDuration: o.LeaseDuration, LeaseRenewInterval: o.LeaseRenewInterval, FenceMaxDeletes: o.FenceMaxDeletes,
+		LeaseDuration: o.LeaseDuration, LeaseRenewInterval: o.LeaseRenewInterval, FenceAfter: o.FenceAfter, FenceMaxDeletes: o.FenceMaxDeletes,
 		Clock: o.AgentClocks[target]}
 }
 
@@ -259,11 +275,26 @@ func registerTarget(ctx context.Context, h *fleet.Cluster, name string, o Option
 			Agent:   v1alpha1.AgentIdentity{Namespace: "trainyard-" + name},
 			Kubernetes: &v1alpha1.KubernetesTarget{
 				Namespace: o.SpokeNamespace, TopologyLevels: o.TopologyLevels, Backend: o.SpokeBackends[name],
-				AllowedPodFields: o.AllowedPodFields,
+				AllowedPodFields: withKwokToleration(o.AllowedPodFields),
 			},
 		},
 	}
 	return createTarget(ctx, h, t)
+}
+
+// withKwokToleration is allowed with fleet.KwokTaint's key among the taint
+// keys pods may tolerate: the sandbox's spokes are kwok clusters, and
+// runtimes written for kwok tolerate the taint kwok's examples put on
+// simulated nodes, as an administrator of such a cluster would allow.
+func withKwokToleration(allowed *v1alpha1.AllowedPodFields) *v1alpha1.AllowedPodFields {
+	out := &v1alpha1.AllowedPodFields{}
+	if allowed != nil {
+		out = allowed.DeepCopy()
+	}
+	if !slices.Contains(out.TolerationKeys, fleet.KwokTaint.Key) {
+		out.TolerationKeys = append(out.TolerationKeys, fleet.KwokTaint.Key)
+	}
+	return out
 }
 
 // registerSlurmTarget registers a harness Slurm cluster. The agent mints
@@ -288,10 +319,14 @@ func registerSlurmTarget(ctx context.Context, h *fleet.Cluster, st SlurmTarget, 
 	t := &v1alpha1.Target{
 		ObjectMeta: metav1.ObjectMeta{Name: st.Name},
 		Spec: v1alpha1.TargetSpec{
-			Type:  v1alpha1.TargetTypeSlurm,
-			Agent: v1alpha1.AgentIdentity{Namespace: "trainyard-" + st.Name},
-			Slurm: spec,
+			Type:   v1alpha1.TargetTypeSlurm,
+			Agent:  v1alpha1.AgentIdentity{Namespace: "trainyard-" + st.Name},
+			Slurm:  spec,
+			Images: st.Images,
 		},
+	}
+	if t.Spec.Images == nil && !t.Spec.RunsContainers() {
+		t.Spec.Images = &v1alpha1.TargetImages{HostEnvironment: HarnessHostImages}
 	}
 	for _, p := range spec.Partitions {
 		t.Spec.Flavors = append(t.Spec.Flavors, p.Flavor)
@@ -307,13 +342,18 @@ func createTarget(ctx context.Context, h *fleet.Cluster, t *v1alpha1.Target) (*r
 		return nil, err
 	}
 	user := "trainyard-agent:" + t.Name
-	for _, obj := range targets.AgentRBAC(t, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}) {
+	agent := rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}
+	hubSubject := rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: hubUser}
+	for _, obj := range targets.AgentRBAC(t, agent, hubSubject) {
 		if err := h.Client.Create(ctx, obj); err != nil {
 			return nil, err
 		}
 	}
 	return h.AddUser(user)
 }
+
+// hubUser is the hub's identity on the sandbox hub.
+const hubUser = "trainyard-hub"
 
 // hubIdentity returns credentials for a hub user bound to nothing but the
 // generated ClusterRole in config/rbac/hub, so the tests prove the shipped
@@ -331,7 +371,7 @@ func hubIdentity(ctx context.Context, h *fleet.Cluster) (*rest.Config, error) {
 	if err := yaml.Unmarshal(raw, role); err != nil {
 		return nil, fmt.Errorf("config/rbac/hub/role.yaml: %w", err)
 	}
-	const user = "trainyard-hub"
+	user := hubUser
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
@@ -359,74 +399,14 @@ func installWebhook(ctx context.Context, h *fleet.Cluster) (hub.ManagerOptions, 
 	if err != nil {
 		return hub.ManagerOptions{}, err
 	}
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, snapshot.WebhookPath)
-	if err := h.Client.Create(ctx, snapshot.WebhookConfiguration(url, ca)); err != nil {
+	base := fmt.Sprintf("https://127.0.0.1:%d", port)
+	if err := h.Client.Create(ctx, snapshot.WebhookConfiguration(base, ca)); err != nil {
 		return hub.ManagerOptions{}, err
 	}
 	if err := installShipped(ctx, h); err != nil {
 		return hub.ManagerOptions{}, err
 	}
 	return hub.ManagerOptions{WebhookHost: "127.0.0.1", WebhookPort: port, WebhookCertDir: certDir}, nil
-}
-
-// Queue is a Kueue ClusterQueue with trainyard's admission check and one
-// LocalQueue.
-type Queue struct {
-	ClusterQueue string
-	Namespace    string
-	LocalQueue   string
-	Flavor       string
-	GPUs         string
-}
-
-// CheckName is the AdmissionCheck SetUpQueue creates.
-const CheckName = "trainyard"
-
-// SetUpQueue creates (or keeps) the AdmissionCheck, the flavor, and q's
-// ClusterQueue and LocalQueue.
-func SetUpQueue(ctx context.Context, h *fleet.Cluster, q Queue) error {
-	if err := h.EnsureNamespace(ctx, q.Namespace); err != nil {
-		return err
-	}
-	gpus, err := resource.ParseQuantity(q.GPUs)
-	if err != nil {
-		return fmt.Errorf("queue %s: GPUs %q: %w", q.ClusterQueue, q.GPUs, err)
-	}
-	objs := []client.Object{
-		&kueue.AdmissionCheck{
-			ObjectMeta: metav1.ObjectMeta{Name: CheckName},
-			Spec:       kueue.AdmissionCheckSpec{ControllerName: admissioncheck.ControllerName},
-		},
-		&kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: q.Flavor}},
-		&kueue.ClusterQueue{
-			ObjectMeta: metav1.ObjectMeta{Name: q.ClusterQueue},
-			Spec: kueue.ClusterQueueSpec{
-				NamespaceSelector: &metav1.LabelSelector{},
-				QueueingStrategy:  kueue.BestEffortFIFO,
-				FlavorFungibility: &kueue.FlavorFungibility{WhenCanBorrow: kueue.MayStopSearch, WhenCanPreempt: kueue.TryNextFlavor},
-				ResourceGroups: []kueue.ResourceGroup{{
-					CoveredResources: []corev1.ResourceName{"nvidia.com/gpu"},
-					Flavors: []kueue.FlavorQuotas{{
-						Name:      kueue.ResourceFlavorReference(q.Flavor),
-						Resources: []kueue.ResourceQuota{{Name: "nvidia.com/gpu", NominalQuota: gpus}},
-					}},
-				}},
-				AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{
-					AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: CheckName}},
-				},
-			},
-		},
-		&kueue.LocalQueue{
-			ObjectMeta: metav1.ObjectMeta{Name: q.LocalQueue, Namespace: q.Namespace},
-			Spec:       kueue.LocalQueueSpec{ClusterQueue: kueue.ClusterQueueReference(q.ClusterQueue)},
-		},
-	}
-	for _, obj := range objs {
-		if err := h.Client.Create(ctx, obj); client.IgnoreAlreadyExists(err) != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Component is a hub or agent manager that can be stopped and started

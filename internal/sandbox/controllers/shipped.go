@@ -23,6 +23,7 @@ import (
 var ShippedHubObjects = []string{
 	"config/hub/pinned_runtime_policy.yaml",
 	"config/hub/logrequest_requester_policy.yaml",
+	"config/hub/dispatch_writer_policy.yaml",
 	"config/rbac/tenant/role.yaml",
 }
 

@@ -32,6 +32,35 @@ type NodeSpec struct {
 	Taints []corev1.Taint
 }
 
+// Resources is what AddKwokNodes publishes as n's capacity and
+// allocatable: 64 CPUs, 512Gi of memory and 110 pods whatever its GPUs,
+// and n.GPUs.
+func (n NodeSpec) Resources() corev1.ResourceList {
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	if n.GPUs > 0 {
+		res[GPUResource] = *resource.NewQuantity(n.GPUs, resource.DecimalSI)
+	}
+	return res
+}
+
+// Capacity is the sum of the nodes' Resources: what a ClusterQueue whose
+// flavor they serve can hold, so its quota is sized from it.
+func Capacity(nodes ...NodeSpec) corev1.ResourceList {
+	sum := corev1.ResourceList{}
+	for _, n := range nodes {
+		for name, q := range n.Resources() {
+			total := sum[name]
+			total.Add(q)
+			sum[name] = total
+		}
+	}
+	return sum
+}
+
 // AddKwokNodes creates simulated nodes that kwok makes Ready. They carry
 // no taint unless NodeSpec.Taints names some, so pods of any runtime
 // schedule onto them.
@@ -41,14 +70,7 @@ func (c *Cluster) AddKwokNodes(ctx context.Context, nodes ...NodeSpec) error {
 		for k, v := range n.Labels {
 			labels[k] = v
 		}
-		res := corev1.ResourceList{
-			corev1.ResourceCPU:    resource.MustParse("64"),
-			corev1.ResourceMemory: resource.MustParse("512Gi"),
-			corev1.ResourcePods:   resource.MustParse("110"),
-		}
-		if n.GPUs > 0 {
-			res[GPUResource] = *resource.NewQuantity(n.GPUs, resource.DecimalSI)
-		}
+		res := n.Resources()
 		node := &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{
 				Name:        n.Name,

@@ -1,9 +1,11 @@
 // Package slurm runs a real single-host Slurm 24.11 cluster (4 emulated GPU nodes plus
 // slurmrestd) for integration tests and local sandboxes, and further ones beside it
-// (Options.Instance), each in a clone of the chroot with ports of its own.
+// (Options.Instance), each with ports of its own.
 //
-// The cluster lives in a Debian trixie chroot built by hack/slurm/build-root.sh, because
-// the host's Debian 12 ships a Slurm too old for the REST API versions trainyard speaks.
+// The cluster lives in a clone of a Debian trixie chroot built by hack/slurm/build-root.sh,
+// because the host's Debian 12 ships a Slurm too old for the REST API versions trainyard
+// speaks. The built chroot is only ever copied: every instance runs in a clone of its own
+// (hack/slurm/clone-root.sh), so no chroot is configured while another is copied from it.
 // This package only drives the scripts in hack/slurm, so that a human can run the very
 // same cluster by hand. Everything needs root (chroot, mount).
 package slurm
@@ -44,7 +46,8 @@ const (
 
 // Options tune Start. The zero value is a 4-node cluster with tree topology.
 type Options struct {
-	// Root is the chroot. Empty: $TRAINYARD_SLURM_ROOT, else <repo>/bin/slurm-root.
+	// Root is the built chroot the instance's clone is made from. Empty:
+	// $TRAINYARD_SLURM_ROOT, else <repo>/bin/slurm-root.
 	Root string
 	// Topology is "tree" (default), "block" or "none" (configure.sh's TOPO).
 	Topology string
@@ -57,20 +60,20 @@ type Options struct {
 	MinJobAge time.Duration
 	// Log receives the scripts' output (default os.Stderr).
 	Log io.Writer
-	// Instance picks which of the machine's harness clusters to run. 0
-	// (default) runs in the chroot itself as ClusterName "trainyard", its
-	// slurmrestd at DefaultURL. n in 1..MaxInstance runs in a clone of the
-	// chroot (hack/slurm/clone-root.sh: /usr hard-linked, its own keys,
-	// state, MariaDB and slurmdbd) as "trainyard<n>", every port moved up
-	// by 10·n (slurmrestd 6820+10n). Each instance has a lock of its own,
-	// so instances run side by side.
+	// Instance picks which of the machine's harness clusters to run, each
+	// in a clone of the chroot of its own (hack/slurm/clone-root.sh: /usr
+	// hard-linked, its own keys, state, MariaDB and slurmdbd). 0 (default)
+	// runs as ClusterName "trainyard", its slurmrestd at DefaultURL. n in
+	// 1..MaxInstance runs as "trainyard<n>", every port moved up by 10·n
+	// (slurmrestd 6820+10n). Each instance has a lock of its own, so
+	// instances run side by side.
 	Instance int
 }
 
 // Cluster is a running cluster. Stop it exactly once; it is also stopped when the
 // process that started it dies (see startReaper).
 type Cluster struct {
-	// Root is the chroot directory holding the cluster (resolved, no symlinks).
+	// Root is the chroot clone holding the cluster (resolved, no symlinks).
 	Root string
 	// URL is the slurmrestd base URL.
 	URL string
@@ -140,12 +143,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.lock, err = acquireLock(ctx, filepath.Join(filepath.Dir(root), lockName), c.log); err != nil {
 		return nil, err
 	}
-	if opts.Instance > 0 {
-		// Under the instance's lock: no other process makes this clone meanwhile.
-		if c.Root, err = c.clone(ctx, "c"+strconv.Itoa(opts.Instance)); err != nil {
-			c.lock.Close()
-			return nil, err
-		}
+	// Under the instance's lock: no other process configures this clone
+	// meanwhile, and nothing ever configures the chroot it is copied from.
+	if c.Root, err = c.clone(ctx, "c"+strconv.Itoa(opts.Instance)); err != nil {
+		c.lock.Close()
+		return nil, err
 	}
 	if c.reaper, err = c.startReaper(); err != nil {
 		c.lock.Close()
@@ -197,8 +199,8 @@ func (c *Cluster) run(ctx context.Context, name string, args []string, env ...st
 
 // clone makes (or reuses) the chroot clone NAME of c.Root with clone-root.sh, which
 // prints its path last.
-func (c *Cluster) clone(ctx context.Context, name string) (string, error) {
-	out, err := c.run(ctx, "clone-root.sh", []string{name})
+func (c *Cluster) clone(ctx context.Context, name string, env ...string) (string, error) {
+	out, err := c.run(ctx, "clone-root.sh", []string{name}, env...)
 	if err != nil {
 		return "", err
 	}
