@@ -36,39 +36,9 @@ func BenchmarkSlurmDispatchThroughput(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("TRAINYARD_BENCH_JOBS")); err == nil && v > 0 {
 		n = v
 	}
-	ctx := context.Background()
-	cluster, err := hslurm.Start(ctx, hslurm.Options{Log: io.Discard})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = cluster.Stop() }()
-	fleet, err := kube.StartFleet(ctx, kube.FleetOptions{HubOnly: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer fleet.Stop()
-	if err := trainyard.SetUpQueue(ctx, fleet.Hub, trainyard.Queue{
-		ClusterQueue: "cq", Namespace: "bench", LocalQueue: "lq", Flavor: "hpc", GPUs: "10000",
-	}); err != nil {
-		b.Fatal(err)
-	}
-	rt := tytesting.MakeClusterTrainingRuntime("bench").Obj()
-	if err := fleet.Hub.Client.Create(ctx, rt); err != nil {
-		b.Fatal(err)
-	}
-	controllers, err := trainyard.Start(ctx, fleet, trainyard.Options{Flavor: "hpc", Slurm: []trainyard.SlurmTarget{{
-		Name: "hpc", Cluster: cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
-		Partitions: []v1alpha1.SlurmPartition{{Flavor: "hpc", Partition: "gpu"}},
-		Accounts:   []v1alpha1.SlurmAccount{{Namespace: "bench", User: "alice"}},
-	}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer controllers.Stop()
-	c, err := cluster.RESTClient("v0.0.42")
-	if err != nil {
-		b.Fatal(err)
-	}
+	env := startSlurmBench(b, 0, time.Second)
+	defer env.stop()
+	fleet, c := env.fleet, env.client
 
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -85,6 +55,62 @@ func BenchmarkSlurmDispatchThroughput(b *testing.B) {
 			slurmDepthRows(b, fleet, c, "hpc", n, i, raw)
 		}
 	}
+}
+
+// slurmBench is a harness Slurm cluster registered as Target hpc (flavor
+// hpc, partition gpu, namespace bench as alice), a hub with the queue lq
+// and the runtime bench, trainyard's hub and agent, and a client of the
+// cluster's slurmrestd.
+type slurmBench struct {
+	fleet  *kube.Fleet
+	client *slurm.Client
+	stops  []func()
+}
+
+func (e *slurmBench) stop() {
+	for i := len(e.stops) - 1; i >= 0; i-- {
+		e.stops[i]()
+	}
+}
+
+// startSlurmBench starts it on the harness Slurm instance, the agent
+// polling every poll (0: the agent's default).
+func startSlurmBench(b *testing.B, instance int, poll time.Duration) *slurmBench {
+	ctx, env := context.Background(), &slurmBench{}
+	fail := func(err error) {
+		env.stop()
+		b.Fatal(err)
+	}
+	cluster, err := hslurm.Start(ctx, hslurm.Options{Log: io.Discard, Instance: instance})
+	if err != nil {
+		b.Fatal(err)
+	}
+	env.stops = append(env.stops, func() { _ = cluster.Stop() })
+	if env.fleet, err = kube.StartFleet(ctx, kube.FleetOptions{HubOnly: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")}); err != nil {
+		fail(err)
+	}
+	env.stops = append(env.stops, func() { _ = env.fleet.Stop() })
+	if err := trainyard.SetUpQueue(ctx, env.fleet.Hub, trainyard.Queue{
+		ClusterQueue: "cq", Namespace: "bench", LocalQueue: "lq", Flavor: "hpc", GPUs: "10000",
+	}); err != nil {
+		fail(err)
+	}
+	if err := env.fleet.Hub.Client.Create(ctx, tytesting.MakeClusterTrainingRuntime("bench").Obj()); err != nil {
+		fail(err)
+	}
+	controllers, err := trainyard.Start(ctx, env.fleet, trainyard.Options{Flavor: "hpc", Slurm: []trainyard.SlurmTarget{{
+		Name: "hpc", Cluster: cluster, APIVersion: "v0.0.42", PollInterval: poll,
+		Partitions: []v1alpha1.SlurmPartition{{Flavor: "hpc", Partition: "gpu"}},
+		Accounts:   []v1alpha1.SlurmAccount{{Namespace: "bench", User: "alice"}},
+	}}})
+	if err != nil {
+		fail(err)
+	}
+	env.stops = append(env.stops, controllers.Stop)
+	if env.client, err = cluster.RESTClient("v0.0.42"); err != nil {
+		fail(err)
+	}
+	return env
 }
 
 // shortJob is what both paths run: the Torchrun launcher with `true`.

@@ -41,6 +41,7 @@ var (
 	HubOptions   = fleet.HubOptions
 	SpokeOptions = fleet.SpokeOptions
 	RackNodes    = fleet.RackNodes
+	Capacity     = fleet.Capacity
 	RepoRoot     = fleet.RepoRoot
 	BinDir       = fleet.BinDir
 	ModuleDir    = fleet.ModuleDir

@@ -23,4 +23,5 @@ var (
 	Start      = controllers.Start
 	Register   = controllers.Register
 	SetUpQueue = controllers.SetUpQueue
+	QueueFor   = controllers.QueueFor
 )

@@ -32,7 +32,8 @@ func TestAgentWatchesOnlyItsTarget(t *testing.T) {
 	}
 	user := "trainyard-agent:" + mine.Name
 	g.Expect(apiServer.EnsureNamespace(ctx, mine.Spec.Agent.Namespace)).To(Succeed())
-	for _, o := range targets.AgentRBAC(mine, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}) {
+	for _, o := range targets.AgentRBAC(mine, rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user},
+		rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "trainyard-hub"}) {
 		g.Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, o))).To(Succeed())
 	}
 	cfg, err := apiServer.AddUser(user)

@@ -107,6 +107,55 @@ func TestTargetValidation(t *testing.T) {
 			}(),
 			wantErr: `Unsupported value: "v0.0.38"`,
 		},
+		"images a spoke allows": {
+			target: tytesting.MakeKubernetesTarget("k-images", "gpu-a").AllowedImages("registry.example.org/*", "docker.io/pytorch/pytorch:2.*").Obj(),
+		},
+		"images a bare-node cluster's host stands for": {
+			target: tytesting.MakeSlurmTarget("s-host-images", "hpc", "gpu").HostImages("pytorch/pytorch:*").Obj(),
+		},
+		"images a container runtime allows": {
+			target: func() *v1alpha1.Target {
+				tg := tytesting.MakeSlurmTarget("s-oci-images", "hpc", "gpu").AllowedImages("registry.example.org/*").Obj()
+				tg.Spec.Slurm.ContainerRuntime = v1alpha1.ContainerRuntimeOCI
+				return tg
+			}(),
+		},
+		"allowed images on a bare-node cluster": {
+			target:  tytesting.MakeSlurmTarget("s-allowed-bare", "hpc", "gpu").AllowedImages("pytorch/pytorch:*").Obj(),
+			wantErr: "spec.images.allowed limits targets that run containers",
+		},
+		"a host environment on a spoke": {
+			target:  tytesting.MakeKubernetesTarget("k-host-images", "gpu-a").HostImages("pytorch/pytorch:*").Obj(),
+			wantErr: "spec.images.hostEnvironment is for Slurm targets that run commands on the host",
+		},
+		"a host environment where a container runtime runs the image": {
+			target: func() *v1alpha1.Target {
+				tg := tytesting.MakeSlurmTarget("s-host-oci", "hpc", "gpu").HostImages("pytorch/pytorch:*").Obj()
+				tg.Spec.Slurm.ContainerRuntime = v1alpha1.ContainerRuntimePyxis
+				return tg
+			}(),
+			wantErr: "spec.images.hostEnvironment is for Slurm targets that run commands on the host",
+		},
+		"a scheduling allowlist": {
+			target: allowing("k-sched-ok", v1alpha1.AllowedPodFields{TolerationKeys: []string{"example.com/dedicated", "training-workload"},
+				NodeSelectorKeys: []string{"nvidia.com/gpu.product"}, Affinity: true, SchedulingGates: []string{"example.com/quota-check"}}),
+		},
+		"a node lifecycle taint among tolerationKeys": {
+			target:  allowing("k-sched-lifecycle", v1alpha1.AllowedPodFields{TolerationKeys: []string{"node.kubernetes.io/unreachable"}}),
+			wantErr: "tolerationKeys cannot list node.kubernetes.io/ taints",
+		},
+		"an empty toleration key": {
+			target:  allowing("k-sched-empty", v1alpha1.AllowedPodFields{TolerationKeys: []string{""}}),
+			wantErr: "spec.kubernetes.allowedPodFields.tolerationKeys[0]",
+		},
+		"a nodeSelector key that is no label key": {
+			target:  allowing("k-sched-badkey", v1alpha1.AllowedPodFields{NodeSelectorKeys: []string{"a b"}}),
+			wantErr: "spec.kubernetes.allowedPodFields.nodeSelectorKeys[0]",
+		},
+		"an image pattern with shell characters": {
+			target:  tytesting.MakeKubernetesTarget("k-images-bad", "gpu-a").AllowedImages("$(reboot)").Obj(),
+			wantErr: "spec.images.allowed[0]",
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -159,4 +208,11 @@ func checkAdmission(t *testing.T, err error, wantErr string) {
 	case wantErr != "" && !strings.Contains(err.Error(), wantErr):
 		t.Fatalf("error %q does not contain %q", err.Error(), wantErr)
 	}
+}
+
+// allowing is a Kubernetes target whose allowedPodFields are allowed.
+func allowing(name string, allowed v1alpha1.AllowedPodFields) *v1alpha1.Target {
+	tg := tytesting.MakeKubernetesTarget(name, "gpu-a").Obj()
+	tg.Spec.Kubernetes.AllowedPodFields = &allowed
+	return tg
 }

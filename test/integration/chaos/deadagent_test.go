@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"testing"
+	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	. "github.com/onsi/gomega"
@@ -12,68 +13,67 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
-// TestKilledAgentKeepsItsJobOnAHoldTarget: the agent of a running job is
-// killed with SIGKILL and stays down well past lease + grace, while the
-// other spoke has room. A dead agent stops nothing, so the hub must keep
-// the job where it is (AwaitingAgent): no second copy ever starts. When the
-// agent is back it reports the first copy, which completes, once.
+// TestKilledAgentKeepsItsJobOnAHoldTarget: every replica of the agent of a
+// running Slurm job (the Slurm Target holds its jobs, leaseLoss Hold) is
+// killed with SIGKILL and stays down past the hub's requeue deadline (the
+// fence deadline, the agent's stop bound and the grace). A dead agent
+// stops nothing, so the hub must keep the job where it is (AwaitingAgent):
+// no second copy ever starts. The job ends while its agent is down; when
+// the agent is back it reports that end, once.
 func TestKilledAgentKeepsItsJobOnAHoldTarget(t *testing.T) {
-	g := NewWithT(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rec, err := startRecorder(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	tj, first := runLongJob(t, "held-by-dead-agent")
-	agent := env.procs["agent-"+first.Spec.TargetName]
-	g.Expect(agent.Kill()).To(BeTrue())
-	t.Cleanup(func() { _ = agent.Start() })
+	g, rec := NewWithT(t), recording(t)
+	tj := slurmJob(t, "held-by-dead-agent", "20")
+	first := runJobs(t, tj)[0]
+	g.Expect(first.Spec.TargetName).To(Equal(hpcTarget))
+	restart := killAgents(t, hpcTarget)
 
-	g.Eventually(func(g Gomega) {
-		g.Expect(availableReason(g, first.Spec.TargetName)).To(Equal(v1alpha1.ReasonAwaitingAgent))
-	}, util.Timeout, util.Interval).Should(Succeed())
 	// However long the agent stays away, the job stays on its target.
+	g.Eventually(func(g Gomega) {
+		g.Expect(availableReason(g, hpcTarget)).To(Equal(v1alpha1.ReasonAwaitingAgent))
+	}, fenceAfter+leaseGrace+2*time.Minute, util.Interval).Should(Succeed())
 	g.Consistently(func(g Gomega) {
 		d := liveDispatch(g, tj)
 		g.Expect(d.Spec.Attempt).To(Equal(first.Spec.Attempt))
-		g.Expect(d.Spec.TargetName).To(Equal(first.Spec.TargetName))
-	}, leaseDuration+leaseGrace, util.Interval).Should(Succeed())
+		g.Expect(d.Spec.TargetName).To(Equal(hpcTarget))
+	}, 3*time.Second, util.Interval).Should(Succeed())
 
-	g.Expect(agent.Start()).To(Succeed())
+	restart()
 	completes(g, tj)
-	copies, _, violations := rec.snapshot()
-	g.Expect(violations).To(BeEmpty(), "samples with two live copies of one job")
-	g.Expect(copiesOf(copies, first.Labels[v1alpha1.LabelWorkloadUID])).To(ConsistOf(
-		HaveField("Target", first.Spec.TargetName)), "remote copies of the job")
+	succeededOnce(g, rec, tj, hpcTarget)
 }
 
-// TestOutOfServiceRequeuesAKilledAgentsJob: the agent of a running job is
-// killed for good. An operator makes sure nothing runs there (deletes the
-// JobSet on the spoke) and sets the Target out of service: the hub requeues
-// the job at once, it completes on the other spoke, and when the agent
+// TestOutOfServiceRequeuesAKilledAgentsJob: every replica of the agent of a
+// running job is killed for good. An operator makes sure nothing runs
+// there (deletes the JobSet on the spoke) and sets the Target out of
+// service: the hub requeues the job at once, and it completes on the other
+// spoke. The hub restarts meanwhile. A job that had succeeded on that
+// target before keeps its outcome: it is never requeued. When the agent
 // comes back nothing of the first attempt is left or reported.
 func TestOutOfServiceRequeuesAKilledAgentsJob(t *testing.T) {
-	g := NewWithT(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rec, err := startRecorder(ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	tj, first := runLongJob(t, "out-of-service")
-	lost := first.Spec.TargetName
-	agent := env.procs["agent-"+lost]
-	g.Expect(agent.Kill()).To(BeTrue())
-	t.Cleanup(func() { _ = agent.Start() })
+	g, rec := NewWithT(t), recording(t)
+	lost, other := env.fleet.Spokes[0].Name, env.fleet.Spokes[1].Name
+	resume := pause(t, other) // both jobs go to lost
+	done := kubeJob(t, "done-before-out-of-service", "2s")
+	runJobs(t, done)
+	completes(g, done)
+	tj := kubeJob(t, "out-of-service", "20s")
+	first := runJobs(t, tj)[0]
+	g.Expect(first.Spec.TargetName).To(Equal(lost))
+	resume()
+	restart := killAgents(t, lost)
 
 	// The operator stops what runs there, then says so.
 	spoke := spokeNamed(lost)
-	g.Expect(spoke.Client.DeleteAllOf(ctx, &jobset.JobSet{}, client.InNamespace(first.Status.Remote.Namespace),
+	g.Expect(spoke.Client.DeleteAllOf(context.Background(), &jobset.JobSet{}, client.InNamespace(first.Status.Remote.Namespace),
 		client.MatchingLabels{v1alpha1.LabelWorkloadUID: first.Labels[v1alpha1.LabelWorkloadUID]})).To(Succeed())
-	setOutOfService(t, lost, true)
-	t.Cleanup(func() { setOutOfService(t, lost, false) })
+	patchTarget(t, lost, func(s *v1alpha1.TargetSpec) { s.OutOfService = true })
+	t.Cleanup(func() { patchTarget(t, lost, func(s *v1alpha1.TargetSpec) { s.OutOfService = false }) })
 
 	var second v1alpha1.Dispatch
 	g.Eventually(func(g Gomega) {
@@ -81,10 +81,19 @@ func TestOutOfServiceRequeuesAKilledAgentsJob(t *testing.T) {
 		g.Expect(second.Spec.Attempt).To(BeNumerically(">", first.Spec.Attempt))
 		g.Expect(second.Spec.TargetName).NotTo(Equal(lost))
 	}, util.Timeout, util.Interval).Should(Succeed())
+	// The hub restarts while the target is lost: its new leader reconciles
+	// every Workload again, the finished job's too.
+	for _, name := range env.names {
+		if targetOf(name) == "" {
+			p := env.procs[name]
+			g.Expect(p.Kill()).To(BeTrue(), "kill %s", name)
+			g.Expect(p.Start()).To(Succeed())
+		}
+	}
 	completes(g, tj)
 
-	setOutOfService(t, lost, false)
-	g.Expect(agent.Start()).To(Succeed())
+	patchTarget(t, lost, func(s *v1alpha1.TargetSpec) { s.OutOfService = false })
+	restart()
 	g.Eventually(func(g Gomega) {
 		g.Expect(availableReason(g, lost)).To(Equal(v1alpha1.ReasonHeartbeatFresh))
 	}, util.Timeout, util.Interval).Should(Succeed())
@@ -93,29 +102,99 @@ func TestOutOfServiceRequeuesAKilledAgentsJob(t *testing.T) {
 	g.Expect(violations).To(BeEmpty(), "samples with two live copies of one job")
 	g.Expect(copiesOf(copies, first.Labels[v1alpha1.LabelWorkloadUID])).To(ConsistOf(
 		HaveField("Target", lost), HaveField("Target", second.Spec.TargetName)), "remote copies: the one stopped by hand, then the requeued one")
+	succeededOnce(g, rec, done, lost)
 }
 
-// runLongJob submits a one-node job that runs 30 s on a spoke and returns
-// it with its running Dispatch.
-func runLongJob(t *testing.T, name string) (*trainer.TrainJob, v1alpha1.Dispatch) {
+// recording starts a recorder that runs until the test ends.
+func recording(t *testing.T) *recorder {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	rec, err := startRecorder(ctx)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return rec
+}
+
+// killAgents kills every replica of target's agent with SIGKILL and
+// returns what starts them again (run at cleanup too).
+func killAgents(t *testing.T, target string) (restart func()) {
 	t.Helper()
 	g := NewWithT(t)
-	const runtime = "kube-30s"
-	var existing trainer.ClusterTrainingRuntime
-	if err := env.fleet.Hub.Client.Get(context.Background(), client.ObjectKey{Name: runtime}, &existing); err != nil {
-		makeRuntime(t, runtime, tytesting.MakeClusterTrainingRuntime(runtime).Toleration(kube.KwokToleration).
-			PodAnnotation("kwok.trainyard.dev/run-for", "30s").Obj())
+	for _, p := range agentsOf(target) {
+		// A replica may already be down: one restarted while an earlier
+		// test cut it off from the hub cannot read its Target and exits.
+		if p.Running() {
+			g.Expect(p.Kill()).To(BeTrue(), "kill %s", p.Name)
+		}
+		g.Expect(p.Running()).To(BeFalse(), "%s still runs", p.Name)
 	}
-	tj := tytesting.MakeTrainJob(name, tenant).Queue(kubeQueue).
-		RuntimeRef(trainer.ClusterTrainingRuntimeKind, runtime).NumNodes(1).GPUsPerNode(2).Obj()
-	submitAll(t, []*trainer.TrainJob{tj})
-	var d v1alpha1.Dispatch
+	start := func() {
+		for _, p := range agentsOf(target) {
+			g.Expect(p.Start()).To(Succeed())
+		}
+	}
+	t.Cleanup(start)
+	return start
+}
+
+// kubeJob is a one-node TrainJob that runs for runFor on a kwok spoke.
+func kubeJob(t *testing.T, name, runFor string) *trainer.TrainJob {
+	rt := "kube-" + runFor
+	ensureRuntime(t, tytesting.MakeClusterTrainingRuntime(rt).Toleration(kube.KwokToleration).
+		PodAnnotation("kwok.trainyard.dev/run-for", runFor).Obj())
+	return tytesting.MakeTrainJob(name, tenant).Queue(kubeQueue).
+		RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt).NumNodes(1).GPUsPerNode(2).Obj()
+}
+
+// slurmJob is a one-node TrainJob that sleeps for seconds on Slurm.
+func slurmJob(t *testing.T, name, seconds string) *trainer.TrainJob {
+	ensureRuntime(t, tytesting.MakeClusterTrainingRuntime("slurm").Spec(tytesting.TorchRuntimeSpec(1)).Obj())
+	return tytesting.MakeTrainJob(name, tenant).Queue(hpcQueue).
+		RuntimeRef(trainer.ClusterTrainingRuntimeKind, "slurm").NumNodes(1).GPUsPerNode(2).
+		Command([]string{"sleep"}, seconds).Obj()
+}
+
+// ensureRuntime makes rt unless a runtime of its name exists.
+func ensureRuntime(t *testing.T, rt *trainer.ClusterTrainingRuntime) {
+	t.Helper()
+	var existing trainer.ClusterTrainingRuntime
+	if err := env.fleet.Hub.Client.Get(context.Background(), client.ObjectKeyFromObject(rt), &existing); err != nil {
+		makeRuntime(t, rt.Name, rt)
+	}
+}
+
+// runJobs submits the jobs and returns their Dispatches once each runs.
+func runJobs(t *testing.T, tjs ...*trainer.TrainJob) []v1alpha1.Dispatch {
+	t.Helper()
+	submitAll(t, tjs)
+	out := make([]v1alpha1.Dispatch, len(tjs))
+	for i, tj := range tjs {
+		NewWithT(t).Eventually(func(g Gomega) {
+			out[i] = liveDispatch(g, tj)
+			g.Expect(out[i].Status.Phase).To(Equal(v1alpha1.DispatchRunning))
+			g.Expect(out[i].Status.Remote).NotTo(BeNil())
+		}, util.Timeout, util.Interval).Should(Succeed(), tj.Name)
+	}
+	return out
+}
+
+// succeededOnce asserts that tj succeeded exactly once, on target, at its
+// first attempt: its Dispatch succeeded, it has one remote copy, which
+// succeeded, and the hub never requeued it.
+func succeededOnce(g Gomega, rec *recorder, tj *trainer.TrainJob, target string) {
+	d := liveDispatch(g, tj)
+	g.Expect(d.Spec.Attempt).To(BeEquivalentTo(1), "attempt of %s", tj.Name)
+	g.Expect(d.Spec.TargetName).To(Equal(target))
+	g.Expect(d.Status.Phase).To(Equal(v1alpha1.DispatchSucceeded))
+	uid := d.Labels[v1alpha1.LabelWorkloadUID]
+	g.Expect(eventsByWorkload(tenantEvents(g), dispatch.EventRequeued)[uid]).To(BeZero(), "requeues of %s", tj.Name)
 	g.Eventually(func(g Gomega) {
-		d = liveDispatch(g, tj)
-		g.Expect(d.Status.Phase).To(Equal(v1alpha1.DispatchRunning))
-		g.Expect(d.Status.Remote).NotTo(BeNil())
-	}, util.Timeout, util.Interval).Should(Succeed())
-	return tj, d
+		_ = rec.pollSlurm(context.Background())
+		copies, _, violations := rec.snapshot()
+		g.Expect(violations).To(BeEmpty(), "samples with two live copies of one job")
+		g.Expect(copiesOf(copies, uid)).To(ConsistOf(And(HaveField("Target", target), HaveField("Succeeded", true))),
+			"remote copies of %s", tj.Name)
+	}, 10*time.Second, util.Interval).Should(Succeed())
 }
 
 // liveDispatch is the current attempt's Dispatch of tj's Workload.
@@ -158,14 +237,23 @@ func availableReason(g Gomega, target string) string {
 	return util.TargetReason(g, env.fleet.Hub.Client, target)
 }
 
-func setOutOfService(t *testing.T, target string, on bool) {
+// patchTarget changes the spec of the Target named target.
+func patchTarget(t *testing.T, target string, change func(*v1alpha1.TargetSpec)) {
 	t.Helper()
 	ctx := context.Background()
 	var cur v1alpha1.Target
 	NewWithT(t).Expect(env.fleet.Hub.Client.Get(ctx, client.ObjectKey{Name: target}, &cur)).To(Succeed())
 	patch := client.MergeFrom(cur.DeepCopy())
-	cur.Spec.OutOfService = on
+	change(&cur.Spec)
 	NewWithT(t).Expect(env.fleet.Hub.Client.Patch(ctx, &cur, patch)).To(Succeed())
+}
+
+// pause stops new dispatches to target until resume runs (at cleanup too).
+func pause(t *testing.T, target string) (resume func()) {
+	patchTarget(t, target, func(s *v1alpha1.TargetSpec) { s.Paused = true })
+	resume = func() { patchTarget(t, target, func(s *v1alpha1.TargetSpec) { s.Paused = false }) }
+	t.Cleanup(resume)
+	return resume
 }
 
 func spokeNamed(name string) *kube.Cluster {

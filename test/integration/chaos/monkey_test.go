@@ -9,12 +9,15 @@ import (
 	"time"
 )
 
-// monkey kills a random running process (hub or agent) with SIGKILL every
-// 1–3 s and starts it again after a random delay: most delays are short (a
-// supervisor restarting a crashed pod), longDownShare of them outlast
-// lease + grace, so the hub requeues that agent's jobs. At most two
-// processes are down at once. It also restarts a process that exited by
-// itself, as a supervisor would (the test fails on such exits).
+// monkey kills a random running process (a hub or agent replica) with
+// SIGKILL every 1–3 s and starts it again after a random delay: most delays
+// are short (a supervisor restarting a crashed pod), longDownShare of them
+// outlast the lease, never the fence deadline. A killed leader's successor
+// waits out the election lock, so even a short kill of one leaves its
+// target without renewals for up to the lock's duration. At most two
+// processes are down at once, sometimes both replicas of one. It also
+// restarts a process that exited by itself, as a supervisor would (the
+// test fails on such exits).
 type monkey struct {
 	rng *rand.Rand
 
@@ -73,7 +76,7 @@ func (m *monkey) run(ctx context.Context) {
 		delay := 200*time.Millisecond + time.Duration(m.rng.Int63n(int64(2800*time.Millisecond)))
 		long := m.rng.Float64() < longDownShare
 		if long {
-			delay = leaseDuration + leaseGrace + time.Second + time.Duration(m.rng.Int63n(int64(5*time.Second)))
+			delay = leaseDuration + time.Second + time.Duration(m.rng.Int63n(int64(longDownMax-leaseDuration-time.Second)))
 		}
 		if !env.procs[name].Kill() {
 			continue
@@ -134,7 +137,7 @@ func (m *monkey) totalLocked() int {
 	return n
 }
 
-// describe lists kills per process, with how many outlasted lease + grace.
+// describe lists kills per process, with how many outlasted the lease.
 func (m *monkey) describe() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -142,5 +145,5 @@ func (m *monkey) describe() string {
 	for _, name := range env.names {
 		parts = append(parts, fmt.Sprintf("%s %d, %d long", name, m.kills[name], m.long[name]))
 	}
-	return strings.Join(parts, "; ") + ")\n  kills: " + strings.Join(m.timeline, ", ") + "\n  ("
+	return strings.Join(parts, "; ") + ")\n  kills: " + strings.Join(m.timeline, ", ")
 }

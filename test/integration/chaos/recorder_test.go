@@ -10,9 +10,12 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -39,12 +42,15 @@ func (c *remoteCopy) live() bool { return c.Ended.IsZero() }
 
 // recorder keeps every remote copy, from JobSet watches on each spoke API
 // server and a slurmrestd job list read every slurmPoll, and samples after
-// every change that no Workload has two live copies.
+// every change that no Workload has two live copies. It also keeps when
+// each agent's Lease on the hub was seen renewed.
 type recorder struct {
 	start time.Time
 
-	mu         sync.Mutex
-	copies     map[string]*remoteCopy
+	mu     sync.Mutex
+	copies map[string]*remoteCopy
+	// renewals are the moments each target's Lease was seen renewed.
+	renewals   map[string][]time.Time
 	samples    int
 	violations []string
 	// slurmErrors counts failed job list reads (a killed slurmrestd
@@ -57,7 +63,10 @@ const slurmPoll = 250 * time.Millisecond
 // startRecorder starts the watches and the Slurm poll; they run until ctx
 // ends. It returns once every watch has synced.
 func startRecorder(ctx context.Context) (*recorder, error) {
-	r := &recorder{start: time.Now(), copies: map[string]*remoteCopy{}}
+	r := &recorder{start: time.Now(), copies: map[string]*remoteCopy{}, renewals: map[string][]time.Time{}}
+	if err := r.watchLeases(ctx); err != nil {
+		return nil, err
+	}
 	for _, s := range env.fleet.Spokes {
 		c, err := cache.New(s.Config, cache.Options{Scheme: kube.Scheme()})
 		if err != nil {
@@ -103,6 +112,100 @@ func startRecorder(ctx context.Context) (*recorder, error) {
 		}
 	}()
 	return r, nil
+}
+
+// watchLeases records every new version of an agent's Lease on the hub.
+func (r *recorder) watchLeases(ctx context.Context) error {
+	sel, err := labels.Parse(v1alpha1.LabelLeaseTarget)
+	if err != nil {
+		return err
+	}
+	c, err := cache.New(env.fleet.Hub.Config, cache.Options{Scheme: kube.Scheme(),
+		ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Label: sel}}})
+	if err != nil {
+		return err
+	}
+	inf, err := c.GetInformer(ctx, &coordinationv1.Lease{})
+	if err != nil {
+		return err
+	}
+	renewed := func(obj any) {
+		if l, ok := obj.(*coordinationv1.Lease); ok {
+			r.mu.Lock()
+			target := l.Annotations[v1alpha1.AnnotationLeaseTarget]
+			r.renewals[target] = append(r.renewals[target], time.Now())
+			r.mu.Unlock()
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: renewed,
+		UpdateFunc: func(old, obj any) {
+			if o, ok := old.(client.Object); ok && o.GetResourceVersion() != obj.(client.Object).GetResourceVersion() {
+				renewed(obj)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return fmt.Errorf("lease watch did not sync")
+	}
+	return nil
+}
+
+// silence is a target's longest time without a renewal of its Lease.
+type silence struct {
+	// From is when it began, as an offset from the window's start.
+	From, Length time.Duration
+}
+
+// longestSilence is, per target, the longest time between from and to in
+// which its Lease was not seen renewed.
+func (r *recorder) longestSilence(from, to time.Time) map[string]silence {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]silence{}
+	for target, times := range r.renewals {
+		last := from
+		for _, at := range append(slices.Clone(times), to) {
+			if at.Before(from) {
+				continue
+			}
+			if at.After(to) {
+				at = to
+			}
+			if at.Sub(last) > out[target].Length {
+				out[target] = silence{From: last.Sub(from), Length: at.Sub(last)}
+			}
+			last = at
+		}
+	}
+	return out
+}
+
+// succeededSilent counts the copies that succeeded while their target's
+// Lease had not been seen renewed for the lease duration.
+func (r *recorder) succeededSilent(copies []remoteCopy) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range copies {
+		if !c.Succeeded {
+			continue
+		}
+		last := r.start
+		for _, at := range r.renewals[c.Target] {
+			if at.After(c.Ended) {
+				break
+			}
+			last = at
+		}
+		if c.Ended.Sub(last) > leaseDuration {
+			n++
+		}
+	}
+	return n
 }
 
 // jobSet records a JobSet event.

@@ -1,16 +1,34 @@
 // Package chaos runs trainyard's hub and agents as separate OS processes
-// (cmd/trainyard-hub, cmd/trainyard-agent, built once by the suite) beside
-// a hub with Kueue, two kwok JobSet spokes and the harness Slurm cluster,
-// and kills a random one of them with SIGKILL at random moments during a
-// burst of TrainJobs, restarting it after a random delay, some longer than
-// lease + grace. Every Target holds its jobs when its lease is lost
-// (leaseLoss: Hold), the one policy that is safe when an agent dies. Watches
-// started before the burst record every remote copy (JobSet UIDs on each
-// spoke API server, Slurm job ids by comment); the test asserts that no job
-// ever has two live copies, that every TrainJob ran exactly once (a second
-// copy only after its agent stopped the first for want of a lease), that
-// none is lost, and that no quota is held at the end. Targeted tests kill
-// one agent for good and check Hold and outOfService.
+// (cmd/trainyard-hub, cmd/trainyard-agent, built once by the suite) as the
+// charts run them: leader election on, two hub replicas and two replicas
+// of each agent, beside a hub with Kueue, two kwok JobSet spokes and the
+// harness Slurm cluster. A kube agent's replicas elect their leader on
+// their own spoke, the Slurm agent's on the hub. During a burst of 100
+// TrainJobs a monkey kills random processes with SIGKILL and restarts each
+// after a random delay.
+//
+// The spokes' Targets requeue a lost target's jobs (leaseLoss: Requeue),
+// safe now that an agent has a second replica to stop its work; Slurm
+// holds them (Hold). The lease is short (6 s) so that kills put targets in
+// lease loss, where they take no new work. The fence deadline (agents'
+// --fence-after, the hub's --agent-fence-after) is 60 s, longer than any
+// time without renewals the monkey makes: a candidate waits out the whole
+// election lock (15 s on a spoke, 26 s for Slurm's on the hub) from its
+// own start, so a killed leader whose standby is killed too leaves a
+// spoke's target without renewals for up to about 50 s (measured; restarts
+// come within 10 s; Slurm's, which holds its jobs, went 97 s once). So no
+// job restarts in the burst, and the targeted tests that cross the
+// deadline still fit the suite in about 8 minutes. The
+// grace (10 s) gives a cut-off agent that stopped its work at the deadline
+// time to renew before the hub would requeue.
+//
+// Watches started before each test record every remote copy (JobSet UIDs
+// on each spoke API server, Slurm job ids by comment) and every renewal of
+// the agents' Leases. The burst asserts that no job ever has two live
+// copies, that every TrainJob succeeded exactly once, and that none
+// restarted (attempt > 1) unless its target really went without a
+// renewal for the fence deadline. Targeted tests kill every replica of an
+// agent, cut an agent off the hub, and check Hold and outOfService.
 package chaos
 
 import (
@@ -23,12 +41,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/harness/netproxy"
 	"github.com/trainyard-dev/trainyard/test/harness/procs"
 	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
 	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
@@ -46,11 +68,19 @@ const (
 	nodesPerSpoke         = 4
 	// slurmGPUs: the harness cluster has 4 nodes of 4 GPUs.
 	slurmGPUs = 16
-	// The lease is short so that a killed agent's jobs are requeued within
-	// the burst; the grace covers the agent's stop and one renew interval.
+	// The lease, the fence deadline and the grace: see the package comment.
 	leaseDuration = 6 * time.Second
-	leaseGrace    = 4 * time.Second
+	fenceAfter    = 60 * time.Second
+	leaseGrace    = 10 * time.Second
 	renewEvery    = time.Second
+	// evidenceLag bounds how much earlier than the last renewal the test
+	// saw an agent's own evidence of it may be: a standby's is the send
+	// time of the read before the one that showed the renewal, and calls
+	// take their time on a loaded machine. An agent may stop its work
+	// once fenceAfter - evidenceLag passed without a renewal seen here.
+	evidenceLag = 5 * renewEvery
+	// slurmKillWait is the harness cluster's KillWait (hack/slurm).
+	slurmKillWait = 5
 	// slurmInstance is the harness Slurm cluster of this suite, apart from
 	// the default one other suites share (slurmpair runs 1 and 2).
 	slurmInstance = 3
@@ -60,15 +90,20 @@ var env struct {
 	fleet   *kube.Fleet
 	cluster *hslurm.Cluster
 	rest    *slurm.Client
-	// procs are the hub and the agents, by name ("hub", "agent-spoke1", ...).
+	// procs are the hub and agent replicas, by name ("hub-1",
+	// "agent-spoke1-2", ...).
 	procs map[string]*procs.Process
 	// names lists procs in a fixed order, for seeded choices.
-	names      []string
+	names []string
+	// cut holds each target's proxy between its agents and the hub.
+	cut        map[string]*netproxy.Proxy
 	metricsURL string
 }
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The recorders' caches log nothing worth reading.
+	ctrllog.SetLogger(logr.Discard())
 	if testing.Short() {
 		fmt.Println("skipping chaos tests in -short mode")
 		os.Exit(0)
@@ -130,10 +165,17 @@ func run(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, "start fleet:", err)
 		return 1
 	}
-	env.procs = map[string]*procs.Process{}
+	env.procs, env.cut = map[string]*procs.Process{}, map[string]*netproxy.Proxy{}
+	// life bounds what serves the processes for the whole run: the hub's
+	// webhook front door.
+	life, endLife := context.WithCancel(context.Background())
 	defer func() {
 		for _, p := range env.procs {
 			p.Stop(5 * time.Second)
+		}
+		endLife()
+		for _, p := range env.cut {
+			_ = p.Close()
 		}
 		if code != 0 {
 			for _, name := range env.names {
@@ -159,7 +201,7 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	o := trainyard.Options{
-		Flavor: kubeFlavor, LeaseDuration: leaseDuration, LeaseGrace: leaseGrace, LeaseRenewInterval: renewEvery,
+		Flavor: kubeFlavor, LeaseDuration: leaseDuration, FenceAfter: fenceAfter, LeaseGrace: leaseGrace, LeaseRenewInterval: renewEvery,
 		HeartbeatInterval: time.Second, FenceInterval: 2 * time.Second, Resync: 2 * time.Second,
 		Slurm: []trainyard.SlurmTarget{{
 			Name: hpcTarget, Cluster: env.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
@@ -173,7 +215,7 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	env.metricsURL = reg.MetricsURL
-	if err := holdOnLeaseLoss(ctx); err != nil {
+	if err := setLeaseLoss(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "targets:", err)
 		return 1
 	}
@@ -182,7 +224,7 @@ func run(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, b.err)
 		return 1
 	}
-	if err := makeProcesses(dir, b.bins, reg, o); err != nil {
+	if err := makeProcesses(life, dir, b.bins, reg, o); err != nil {
 		fmt.Fprintln(os.Stderr, "processes:", err)
 		return 1
 	}
@@ -199,45 +241,6 @@ func run(m *testing.M) (code int) {
 	return m.Run()
 }
 
-// makeProcesses writes each identity's kubeconfig and builds the hub's and
-// each agent's command line from the registration, as the in-process
-// harness configures them.
-func makeProcesses(dir string, bins map[string]string, reg *trainyard.Registration, o trainyard.Options) error {
-	kc := func(name string) string { return filepath.Join(dir, name+".kubeconfig") }
-	if err := procs.WriteKubeconfig(kc("hub"), reg.HubConfig); err != nil {
-		return err
-	}
-	h := reg.HubOptions
-	add := func(name, bin string, args ...string) {
-		env.procs[name] = procs.New(name, bin, filepath.Join(dir, name+".log"), args...)
-		env.names = append(env.names, name)
-	}
-	add("hub", bins["trainyard-hub"], "--kubeconfig="+kc("hub"), "--leader-elect=false",
-		"--metrics-bind-address="+h.MetricsAddr, "--health-probe-bind-address=0",
-		"--webhook-host="+h.WebhookHost, "--webhook-port="+strconv.Itoa(h.WebhookPort), "--webhook-cert-dir="+h.WebhookCertDir,
-		"--agent-lease-duration="+leaseDuration.String(), "--lost-target-grace="+leaseGrace.String())
-	common := []string{"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
-		"--heartbeat-interval=" + o.HeartbeatInterval.String(), "--fence-interval=" + o.FenceInterval.String(),
-		"--resync-period=" + o.Resync.String(), "--lease-duration=" + leaseDuration.String(),
-		"--lease-renew-interval=" + renewEvery.String()}
-	for _, s := range env.fleet.Spokes {
-		if err := procs.WriteKubeconfig(kc("agent-"+s.Name), reg.AgentConfigs[s.Name]); err != nil {
-			return err
-		}
-		add("agent-"+s.Name, bins["trainyard-agent"], append([]string{"--target=" + s.Name, "--backend=kubernetes",
-			"--hub-kubeconfig=" + kc("agent-"+s.Name), "--spoke-kubeconfig=" + s.Kubeconfig}, common...)...)
-	}
-	for _, st := range o.Slurm {
-		if err := procs.WriteKubeconfig(kc("agent-"+st.Name), reg.AgentConfigs[st.Name]); err != nil {
-			return err
-		}
-		add("agent-"+st.Name, bins["trainyard-agent"], append([]string{"--target=" + st.Name, "--backend=slurm",
-			"--hub-kubeconfig=" + kc("agent-"+st.Name), "--slurm-poll-interval=" + st.PollInterval.String(),
-			"--slurm-output-root=" + st.Cluster.Root}, common...)...)
-	}
-	return nil
-}
-
 // setUpQueues makes one ClusterQueue for the spokes' flavor and one for
 // Slurm's, each with as much quota as its targets have GPUs, so jobs wait
 // in Kueue rather than in placement.
@@ -251,21 +254,23 @@ func setUpQueues(ctx context.Context) error {
 		Flavor: hpcFlavor, GPUs: strconv.Itoa(slurmGPUs)})
 }
 
-// holdOnLeaseLoss sets every Target's leaseLoss to Hold: a killed agent
-// stops nothing, so only Hold keeps a job from running twice when one stays
-// down past lease + grace (the partition suite tests Requeue, whose agents
-// are alive and cut off).
-func holdOnLeaseLoss(ctx context.Context) error {
+// setLeaseLoss makes the spokes' Targets requeue a lost target's jobs
+// (Requeue) and Slurm's hold them (Hold), and states the harness Slurm
+// cluster's KillWait on its Target (its agent's stop bound). A merge patch
+// of the field by name: an API without it drops it.
+func setLeaseLoss(ctx context.Context) error {
 	var list v1alpha1.TargetList
 	if err := env.fleet.Hub.Client.List(ctx, &list); err != nil {
 		return err
 	}
 	for i := range list.Items {
 		t := &list.Items[i]
-		patch := client.MergeFrom(t.DeepCopy())
-		t.Spec.LeaseLoss = v1alpha1.LeaseLossHold
-		if err := env.fleet.Hub.Client.Patch(ctx, t, patch); err != nil {
-			return err
+		patch := fmt.Sprintf(`{"spec":{"leaseLoss":%q}}`, v1alpha1.LeaseLossRequeue)
+		if t.Spec.Slurm != nil {
+			patch = fmt.Sprintf(`{"spec":{"leaseLoss":%q,"slurm":{"killWaitSeconds":%d}}}`, v1alpha1.LeaseLossHold, slurmKillWait)
+		}
+		if err := env.fleet.Hub.Client.Patch(ctx, t, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			return fmt.Errorf("target %s: %w", t.Name, err)
 		}
 	}
 	return nil

@@ -12,9 +12,10 @@ import (
 )
 
 // TestAgentKubernetes: a Kubernetes agent reads nodes, pods and JobSets
-// across its spoke and makes tenant namespaces; its writes come from a
-// ClusterRole it may only bind, in namespaces labelled as a tenant's (an
-// admission policy says so), and it runs with leader election, probes and
+// across its spoke and makes tenant namespaces (an admission policy bounds
+// their names and labels); its writes come from a ClusterRole it may only
+// bind, in namespaces labelled as a tenant's (another policy says so), and
+// it runs with leader election, probes and
 // the hub kubeconfig mounted where its flag points.
 func TestAgentKubernetes(t *testing.T) {
 	objs := agentRelease().render(t)
@@ -57,14 +58,17 @@ func TestAgentKubernetes(t *testing.T) {
 	if grants(tenant.Rules, "leaderworkerset.x-k8s.io", "leaderworkersets", "create") {
 		t.Error("LeaderWorkerSets granted without kubernetes.leaderWorkerSet")
 	}
-	for _, kind := range []string{"Role", "RoleBinding"} {
-		if n := len(objs.ofKind(kind)); n != 0 {
-			t.Errorf("%d %s rendered: the agent binds its tenant role itself", n, kind)
+	checkElectionRBAC(t, objs, subject)
+	// Its RoleBindings only in tenant namespaces, and those only as it
+	// makes them (checked on an API server by TestChartsOnAPIServer).
+	for _, name := range []string{"trainyard-agent-spoke1-tenant-bindings", "trainyard-agent-spoke1-tenant-namespaces"} {
+		objs.named(t, "ValidatingAdmissionPolicy", name)
+		if b := objs.named(t, "ValidatingAdmissionPolicyBinding", name); b.Object["spec"].(map[string]any)["policyName"] != name {
+			t.Errorf("ValidatingAdmissionPolicyBinding %v does not bind %s", b.Object["spec"], name)
 		}
 	}
-	vap := objs.one(t, "ValidatingAdmissionPolicy")
-	if b := objs.one(t, "ValidatingAdmissionPolicyBinding"); b.Object["spec"].(map[string]any)["policyName"] != vap.GetName() {
-		t.Errorf("ValidatingAdmissionPolicyBinding %v does not bind %s", b.Object["spec"], vap.GetName())
+	if n := len(objs.ofKind("ValidatingAdmissionPolicy")); n != 2 {
+		t.Errorf("the agent chart renders %d ValidatingAdmissionPolicies, want 2", n)
 	}
 	// Names stay clear of the hub RBAC hub/targets.AgentRBAC makes
 	// (trainyard-agent-<target>), should the spoke be the hub cluster.
@@ -106,11 +110,12 @@ func TestAgentKubernetes(t *testing.T) {
 // reaches it), readable by its non-root user.
 func TestAgentSlurm(t *testing.T) {
 	objs := slurmRelease().render(t)
-	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
 		if n := len(objs.ofKind(kind)); n != 0 {
 			t.Errorf("a Slurm agent needs no spoke RBAC, rendered %d %s", n, kind)
 		}
 	}
+	checkElectionRBAC(t, objs, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "trainyard-agent-slurm1", Namespace: "trainyard-system"}})
 	d := as[appsv1.Deployment](t, objs.one(t, "Deployment"))
 	c := container(t, d, "agent")
 	for _, a := range []string{"--target=slurm1", "--backend=slurm", "--leader-elect=true"} {
@@ -212,4 +217,32 @@ func secretFileOf(t *testing.T, d *appsv1.Deployment, c *corev1.Container, path 
 	}
 	t.Fatalf("%q is not a file of a mounted Secret", path)
 	return ""
+}
+
+// checkElectionRBAC: the only namespaced RBAC the agent chart renders is its
+// leader election's, in the release namespace: Leases (and the election's
+// Events), bound to the agent's ServiceAccount, and the agent is told that
+// namespace. Its tenant RoleBindings it makes itself.
+func checkElectionRBAC(t *testing.T, objs objects, subject []rbacv1.Subject) {
+	t.Helper()
+	role := as[rbacv1.Role](t, objs.one(t, "Role"))
+	if role.Namespace != "trainyard-system" || !strings.HasSuffix(role.Name, "-leader-election") {
+		t.Errorf("Role %s/%s, want the leader election's in the release namespace", role.Namespace, role.Name)
+	}
+	if !grants(role.Rules, "coordination.k8s.io", "leases", "get", "create", "update") {
+		t.Errorf("leader-election Role = %+v, want Lease writes", role.Rules)
+	}
+	for _, rule := range role.Rules {
+		if !slices.Contains(rule.Resources, "leases") && !slices.Contains(rule.Resources, "events") {
+			t.Errorf("leader-election Role grants %v", rule.Resources)
+		}
+	}
+	rb := as[rbacv1.RoleBinding](t, objs.one(t, "RoleBinding"))
+	if rb.RoleRef.Name != role.Name || rb.Namespace != role.Namespace || !cmp.Equal(subject, rb.Subjects) {
+		t.Errorf("RoleBinding %s/%s %+v -> %+v, want %s -> %+v", rb.Namespace, rb.Name, rb.RoleRef, rb.Subjects, role.Name, subject)
+	}
+	c := container(t, as[appsv1.Deployment](t, objs.one(t, "Deployment")), "agent")
+	if !slices.Contains(c.Args, "--leader-election-namespace=trainyard-system") {
+		t.Errorf("agent args %q do not name the release namespace for the election", c.Args)
+	}
 }

@@ -72,6 +72,10 @@ func TestChartsOnAPIServer(t *testing.T) {
 		{authzv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "create", Namespace: "team-a"}, false},
 		{authzv1.ResourceAttributes{Group: "coordination.k8s.io", Resource: "leases", Verb: "watch"}, true},
 		{authzv1.ResourceAttributes{Resource: "secrets", Verb: "get", Namespace: releaseNS}, false},
+		// ConfigMaps it deletes only in agent namespaces, under the Role
+		// of hub/targets.AgentRBAC there, none of which this test applies.
+		{authzv1.ResourceAttributes{Resource: "configmaps", Verb: "delete", Namespace: "team-a"}, false},
+		{authzv1.ResourceAttributes{Resource: "configmaps", Verb: "delete", Namespace: "kube-system"}, false},
 		{authzv1.ResourceAttributes{Group: "kueue.x-k8s.io", Resource: "workloads", Verb: "delete", Namespace: "team-a"}, false},
 		// The admission policies come with the chart; the hub only reads the requester one.
 		{authzv1.ResourceAttributes{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies", Verb: "get", Name: tenantview.RequesterPolicyName}, true},
@@ -163,6 +167,7 @@ func TestChartsOnAPIServer(t *testing.T) {
 		// The admission policy answers Invalid, RBAC Forbidden.
 		g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "the agent may %s: %v", what, err)
 	}
+	checkTenantNamespacePolicy(ctx, t, direct)
 	// Its RoleBinding, namespace labels and NetworkPolicies are where they belong.
 	var ns corev1.Namespace
 	g.Expect(c.Client.Get(ctx, client.ObjectKey{Name: tenantNS}, &ns)).To(Succeed())
@@ -221,6 +226,8 @@ func checkTenantRole(ctx context.Context, t *testing.T, c *kube.Cluster) {
 		{authzv1.ResourceAttributes{Group: "kueue.x-k8s.io", Resource: "workloads", Verb: "list", Namespace: "team-a"}, true},
 		{authzv1.ResourceAttributes{Group: group, Resource: "logrequests", Verb: "create", Namespace: "team-a"}, true},
 		{authzv1.ResourceAttributes{Group: group, Resource: "logrequests", Verb: "update", Namespace: "team-a"}, false},
+		// Output only through LogRequests it made, read back by name.
+		{authzv1.ResourceAttributes{Group: group, Resource: "logrequests", Verb: "list", Namespace: "team-a"}, false},
 		{authzv1.ResourceAttributes{Group: group, Resource: "logrequests", Verb: "create", Namespace: "team-b"}, false},
 		{authzv1.ResourceAttributes{Group: "trainer.kubeflow.org", Resource: "trainjobs", Verb: "get", Namespace: "team-b"}, false},
 		{authzv1.ResourceAttributes{Group: group, Resource: "dispatches", Verb: "get", Namespace: "team-a"}, false},
@@ -248,4 +255,39 @@ func expectAccess(ctx context.Context, g Gomega, c *kube.Cluster, user string, g
 		return
 	}
 	g.Expect(allowed(g)).To(BeFalse(), msg)
+}
+
+// checkTenantNamespacePolicy: the agent, which makes tenant namespaces
+// itself, cannot make one the chart's -tenant-namespaces policy does not
+// allow: outside its prefix, privileged, without a Pod Security level or
+// pinned to an old one, or carrying a label or annotation it never sets.
+// Each is refused by the policy (its message), not by RBAC.
+func checkTenantNamespacePolicy(ctx context.Context, t *testing.T, agent client.Client) {
+	g := NewWithT(t)
+	nsWith := func(name string, edit func(l, a map[string]string)) *corev1.Namespace {
+		ns := kubework.TenantNamespaceObject(name, "team-x", v1alpha1.PodSecurityBaseline)
+		ns.Annotations = map[string]string{}
+		edit(ns.Labels, ns.Annotations)
+		return ns
+	}
+	const psa = "pod-security.kubernetes.io/"
+	for what, ns := range map[string]*corev1.Namespace{
+		"outside its prefix":             nsWith("team-x", func(map[string]string, map[string]string) {}),
+		"privileged":                     nsWith(jobsNS+"-priv", func(l, _ map[string]string) { l[psa+"enforce"] = "privileged" }),
+		"with no level":                  nsWith(jobsNS+"-nolevel", func(l, _ map[string]string) { delete(l, psa+"enforce") }),
+		"pinned to an old level version": nsWith(jobsNS+"-old", func(l, _ map[string]string) { l[psa+"enforce-version"] = "v1.22" }),
+		"untenanted":                     nsWith(jobsNS+"-untenanted", func(l, _ map[string]string) { delete(l, kubework.LabelTenant) }),
+		"with a label others select by":  nsWith(jobsNS+"-selected", func(l, _ map[string]string) { l["monitoring"] = "scrape-all" }),
+		"with an annotation": nsWith(jobsNS+"-annotated", func(_, a map[string]string) {
+			a["scheduler.alpha.kubernetes.io/node-selector"] = "node-role.kubernetes.io/control-plane="
+		}),
+	} {
+		err := agent.Create(ctx, ns)
+		g.Expect(err).To(HaveOccurred(), "the agent makes a namespace %s", what)
+		g.Expect(err.Error()).To(ContainSubstring("the trainyard agent"), "namespace %s refused, but not by the policy: %v", what, err)
+	}
+	// The same, as the agent makes it, passes.
+	ok := nsWith(jobsNS+"-team-x", func(map[string]string, map[string]string) {})
+	ok.Annotations = nil
+	g.Expect(agent.Create(ctx, ok)).To(Succeed(), "the agent makes a tenant namespace as kubework does")
 }

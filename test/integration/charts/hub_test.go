@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
+	"github.com/trainyard-dev/trainyard/hub/targets"
 	"github.com/trainyard-dev/trainyard/hub/tenantview"
 )
 
@@ -330,19 +331,22 @@ func certSecretOf(t *testing.T, d *appsv1.Deployment, c *corev1.Container) strin
 func ptrTo[T any](v T) *T { return &v }
 
 // TestHubAdmissionPolicies: the chart ships the admission policies and
-// bindings the hub relies on, as hub/snapshot.PinnedRuntimePolicy and
-// hub/tenantview.RequesterPolicy build them (the hub may not install them
-// itself); the pinned-runtime one can be turned off, the requester one,
-// without which the hub answers no LogRequest, cannot.
+// bindings the hub relies on, as hub/snapshot.PinnedRuntimePolicy,
+// hub/tenantview.RequesterPolicy and hub/targets.DispatchWriterPolicy build
+// them (the hub may not install them itself); the pinned-runtime one can be
+// turned off, the requester one, without which the hub answers no
+// LogRequest, and the Dispatch writers one, which keeps agents to their
+// finalizer and their Target's Dispatches, cannot.
 func TestHubAdmissionPolicies(t *testing.T) {
 	objs := hubRelease().render(t)
 	pinned, pinnedBinding := snapshot.PinnedRuntimePolicy()
 	requester, requesterBinding := tenantview.RequesterPolicy()
+	writers, writersBinding := targets.DispatchWriterPolicy()
 	for _, want := range []struct {
 		policy  *admissionregv1.ValidatingAdmissionPolicy
 		binding *admissionregv1.ValidatingAdmissionPolicyBinding
 		source  string
-	}{{pinned, pinnedBinding, "hub/snapshot"}, {requester, requesterBinding, "hub/tenantview"}} {
+	}{{pinned, pinnedBinding, "hub/snapshot"}, {requester, requesterBinding, "hub/tenantview"}, {writers, writersBinding, "hub/targets"}} {
 		policy := as[admissionregv1.ValidatingAdmissionPolicy](t, objs.named(t, "ValidatingAdmissionPolicy", want.policy.Name))
 		binding := as[admissionregv1.ValidatingAdmissionPolicyBinding](t, objs.named(t, "ValidatingAdmissionPolicyBinding", want.binding.Name))
 		if diff := cmp.Diff(want.policy.Spec, policy.Spec); diff != "" {
@@ -352,12 +356,17 @@ func TestHubAdmissionPolicies(t *testing.T) {
 			t.Errorf("ValidatingAdmissionPolicyBinding %s differs from %s (-%s +chart):\n%s", binding.Name, want.source, want.source, diff)
 		}
 	}
-	if n := len(objs.ofKind("ValidatingAdmissionPolicy")); n != 2 {
-		t.Errorf("the chart renders %d ValidatingAdmissionPolicies, want 2: %v", n, objs.ofKind("ValidatingAdmissionPolicy").keys())
+	if n := len(objs.ofKind("ValidatingAdmissionPolicy")); n != 3 {
+		t.Errorf("the chart renders %d ValidatingAdmissionPolicies, want 3: %v", n, objs.ofKind("ValidatingAdmissionPolicy").keys())
 	}
 	off := hubRelease("--set", "pinnedRuntimePolicy.enabled=false").render(t)
-	if got := off.ofKind("ValidatingAdmissionPolicy"); len(got) != 1 || got[0].GetName() != tenantview.RequesterPolicyName {
-		t.Errorf("pinnedRuntimePolicy.enabled=false renders policies %v, want only %s", got.keys(), tenantview.RequesterPolicyName)
+	var left []string
+	for _, o := range off.ofKind("ValidatingAdmissionPolicy") {
+		left = append(left, o.GetName())
+	}
+	slices.Sort(left)
+	if want := []string{targets.DispatchWriterPolicyName, tenantview.RequesterPolicyName}; !slices.Equal(left, want) {
+		t.Errorf("pinnedRuntimePolicy.enabled=false renders policies %v, want only %v", left, want)
 	}
 	// The hub reads the requester policy and may write no policy at all.
 	var role rbacv1.ClusterRole

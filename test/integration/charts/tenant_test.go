@@ -16,7 +16,9 @@ const (
 // TestTenantRoles: the chart's tenant ClusterRoles aggregate into the
 // built-in edit and view roles, give what `trainyard jobs`, `describe` and
 // `logs` read and write in a namespace, and name no Dispatch; view writes
-// nothing. tenantRoles.enabled=false leaves them out.
+// nothing and reads no LogRequest (their answers hold log output, which
+// only trainjobs/log gives), and the edit role lists none.
+// tenantRoles.enabled=false leaves them out.
 func TestTenantRoles(t *testing.T) {
 	objs := hubRelease().render(t)
 	edit := as[rbacv1.ClusterRole](t, objs.named(t, "ClusterRole", tenantRole))
@@ -41,9 +43,19 @@ func TestTenantRoles(t *testing.T) {
 			t.Errorf("%s does not grant %v on %s.%s", tenantRole, need.verbs, need.resource, need.group)
 		}
 	}
-	for _, need := range [][2]string{{"trainer.kubeflow.org", "trainjobs"}, {"kueue.x-k8s.io", "workloads"}, {"trainyard.dev", "logrequests"}} {
+	for _, need := range [][2]string{{"trainer.kubeflow.org", "trainjobs"}, {"kueue.x-k8s.io", "workloads"}} {
 		if !grants(view.Rules, need[0], need[1], "get", "list", "watch") {
 			t.Errorf("%s does not let a viewer read %s.%s", tenantViewRole, need[1], need[0])
+		}
+	}
+	for _, v := range []string{"get", "list", "watch"} {
+		if grants(view.Rules, "trainyard.dev", "logrequests", v) {
+			t.Errorf("%s grants %s on LogRequests, whose answers hold log output", tenantViewRole, v)
+		}
+	}
+	for _, v := range []string{"list", "watch"} {
+		if grants(edit.Rules, "trainyard.dev", "logrequests", v) {
+			t.Errorf("%s grants %s on LogRequests: a tenant reads back only the ones it made, by name", tenantRole, v)
 		}
 	}
 	for _, role := range []*rbacv1.ClusterRole{edit, view} {

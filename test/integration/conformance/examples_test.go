@@ -12,6 +12,7 @@ import (
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,9 +23,11 @@ import (
 // TestTrainersExamplesRun submits every TrainJob of the pinned Trainer
 // module's examples/ as written (with the runtimes the same files define),
 // changing only the namespace, the queue label and, where two files share
-// one, the name. They go to spoke1's queue; those that request nothing are
-// admitted with no flavor and may run on either spoke (the Slurm target
-// takes no flavor-less jobs here, having no containers).
+// one, the name. They go to the spokes' queue, set as the sandbox sets its
+// own (spokesQueue): those requesting CPU and memory (runtime-patches,
+// kueue-integration, multi-step) are admitted with its flavor, those that
+// request nothing with no flavor, and either kind may run on either spoke
+// (the Slurm target takes no flavor-less jobs here, having no containers).
 func TestTrainersExamplesRun(t *testing.T) {
 	g := gomega.NewWithT(t)
 	ctx := context.Background()
@@ -62,8 +65,11 @@ func TestTrainersExamplesRun(t *testing.T) {
 				if tj.Labels == nil {
 					tj.Labels = map[string]string{}
 				}
-				tj.Labels["kueue.x-k8s.io/queue-name"] = queueOf("spoke1")
+				tj.Labels["kueue.x-k8s.io/queue-name"] = spokesQueue
 				cells = append(cells, &cell{runtime: tj.Spec.RuntimeRef.Name, target: "spokes", variant: stem, job: tj})
+				if cp := withControlPlaneToleration(tj); cp != nil {
+					cells = append(cells, &cell{runtime: tj.Spec.RuntimeRef.Name, target: "spokes", variant: stem + controlPlaneVariant, job: cp})
+				}
 			}
 		}
 	}
@@ -83,6 +89,11 @@ func TestTrainersExamplesRun(t *testing.T) {
 	fmt.Println(b.String())
 	for _, c := range cells {
 		switch {
+		case strings.HasSuffix(c.variant, controlPlaneVariant):
+			// The Targets allow the example's own toleration, not this one.
+			if !strings.Contains(c.refused, `tolerations: taint key "`+controlPlaneTaint+`" is not allowed on this target`) {
+				t.Errorf("%s: want a refusal naming the control-plane toleration, got %s", c.job.Name, c.outcome)
+			}
 		case strings.Contains(c.variant, "volcano"):
 			// Volcano's PodGroup needs its scheduler on the spoke.
 			if !strings.Contains(c.refused, "podGroupPolicy") {
@@ -92,6 +103,37 @@ func TestTrainersExamplesRun(t *testing.T) {
 			t.Errorf("%s (%s): want Succeeded on a spoke, got %s", c.job.Name, c.variant, c.outcome)
 		}
 	}
+}
+
+// controlPlaneVariant names the copy of an example whose runtime patch
+// also tolerates the control plane's taint (withControlPlaneToleration).
+const (
+	controlPlaneVariant = "+control-plane"
+	controlPlaneTaint   = "node-role.kubernetes.io/control-plane"
+)
+
+// withControlPlaneToleration returns a copy of tj whose first runtime patch
+// that sets pod tolerations also tolerates the control plane's taint, as a
+// tenant aiming at control-plane nodes would write it; nil when tj has no
+// such patch.
+func withControlPlaneToleration(tj *trainer.TrainJob) *trainer.TrainJob {
+	cp := tj.DeepCopy()
+	for _, p := range cp.Spec.RuntimePatches {
+		if p.TrainingRuntimeSpec == nil || p.TrainingRuntimeSpec.Template == nil || p.TrainingRuntimeSpec.Template.Spec == nil {
+			continue
+		}
+		for _, rj := range p.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs {
+			if rj.Template == nil || rj.Template.Spec == nil || rj.Template.Spec.Template == nil || rj.Template.Spec.Template.Spec == nil {
+				continue
+			}
+			if spec := rj.Template.Spec.Template.Spec; len(spec.Tolerations) > 0 {
+				spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: controlPlaneTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+				cp.Name = strings.TrimRight(cp.Name[:min(len(cp.Name), 60)], "-") + "-cp"
+				return cp
+			}
+		}
+	}
+	return nil
 }
 
 // exampleName keeps the example's name, prefixed by its file so two files'

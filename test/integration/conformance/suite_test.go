@@ -5,6 +5,9 @@
 // limit), against a JobSet spoke, a LeaderWorkerSet spoke and the real Slurm
 // cluster. It prints a runtime × target matrix; every cell must end
 // Succeeded or refused with its reason, without holding quota or looping.
+// Trainer's example TrainJobs, and Training Operator's and mpi-operator's
+// example jobs converted by the CLI, run under a queue set as the sandbox
+// sets its own (cpu, memory and GPUs covered in one flavor).
 package conformance
 
 import (
@@ -39,6 +42,12 @@ const (
 	// go to any target.
 	anyQueue  = "lq-any"
 	anyFlavor = "gpu"
+	// spokesQueue is set as the sandbox sets its queue without Slurm (dev
+	// up --no-slurm): one flavor, served by both spokes, covering cpu,
+	// memory and GPUs with what the spokes' nodes have. A job requesting
+	// CPU or memory is admitted with the flavor and runs on either spoke.
+	spokesQueue  = "lq-spokes"
+	spokesFlavor = "f-spokes"
 	// spokeNamespace is the prefix of the spokes' tenant namespaces.
 	spokeNamespace = "jobs"
 	// cacheInitializerSA is the ServiceAccount Trainer's data-cache runtime
@@ -47,6 +56,11 @@ const (
 	// exampleSA is the ServiceAccount Trainer's runtime-patches example
 	// names; the administrator allows it and creates it.
 	exampleSA = "training-sa"
+	// exampleTaintKey and exampleNodeLabel are the taint Trainer's
+	// runtime-patches example tolerates and the node label it selects by;
+	// the administrator allows exactly these.
+	exampleTaintKey  = "training-workload"
+	exampleNodeLabel = "node-type"
 )
 
 // targets of the fleet: name and the backend it runs jobs with.
@@ -111,7 +125,8 @@ func run(m *testing.M) (code int) {
 	}
 	env.ctrls, err = trainyard.Start(ctx, env.fleet, trainyard.Options{
 		Flavor: anyFlavor, SpokeNamespace: spokeNamespace,
-		AllowedPodFields:  &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{cacheInitializerSA, exampleSA}},
+		AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{cacheInitializerSA, exampleSA},
+			TolerationKeys: []string{exampleTaintKey}, NodeSelectorKeys: []string{exampleNodeLabel}},
 		SpokeBackends:     map[string]v1alpha1.KubernetesBackend{"spoke2": v1alpha1.KubernetesBackendLeaderWorkerSet},
 		LostTargetTimeout: 5 * time.Minute, HeartbeatInterval: time.Second,
 		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
@@ -141,14 +156,7 @@ func run(m *testing.M) (code int) {
 // (which the Targets allow).
 func setUpSpokes(ctx context.Context) error {
 	for _, s := range env.fleet.Spokes {
-		var nodes []kube.NodeSpec
-		for i := range 4 {
-			// Trainer's runtime-patches example selects nodes labelled
-			// node-type=training: a site running it labels some.
-			nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("%s-gpu-%d", s.Name, i), GPUs: 4,
-				Labels: map[string]string{"node-type": "training"}})
-		}
-		if _, err := util.SetUpSpoke(ctx, s, nodes); err != nil {
+		if _, err := util.SetUpSpoke(ctx, s, spokeNodes(s.Name)); err != nil {
 			return err
 		}
 		ns := kubework.TenantNamespace(spokeNamespace, tenant)
@@ -165,12 +173,33 @@ func setUpSpokes(ctx context.Context) error {
 	return nil
 }
 
-// setUpQueues makes the any-target queue and one queue per target, whose
-// flavor covers CPU, memory and GPUs and is served by that target only.
+// spokeNodes are the 4 kwok nodes of 4 GPUs of spoke.
+func spokeNodes(spoke string) []kube.NodeSpec {
+	var nodes []kube.NodeSpec
+	for i := range 4 {
+		// Trainer's runtime-patches example selects nodes labelled
+		// node-type=training: a site running it labels some.
+		nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("%s-gpu-%d", spoke, i), GPUs: 4,
+			Labels: map[string]string{exampleNodeLabel: "training"}})
+	}
+	return nodes
+}
+
+// setUpQueues makes the any-target queue, the spokes' queue and one queue
+// per target, whose flavor covers CPU, memory and GPUs and is served by
+// that target only.
 func setUpQueues(ctx context.Context) error {
 	h := env.fleet.Hub
 	if err := trainyard.SetUpQueue(ctx, h, trainyard.Queue{ClusterQueue: "cq-any", Namespace: tenant,
 		LocalQueue: anyQueue, Flavor: anyFlavor, GPUs: "256"}); err != nil {
+		return err
+	}
+	var nodes []kube.NodeSpec
+	for _, s := range env.fleet.Spokes {
+		nodes = append(nodes, spokeNodes(s.Name)...)
+	}
+	if err := trainyard.SetUpQueue(ctx, h, trainyard.QueueFor(trainyard.Queue{ClusterQueue: "cq-spokes", Namespace: tenant,
+		LocalQueue: spokesQueue, Flavor: spokesFlavor}, kube.Capacity(nodes...))); err != nil {
 		return err
 	}
 	for _, t := range targets {
@@ -192,7 +221,8 @@ func setUpQueues(ctx context.Context) error {
 	return nil
 }
 
-// serveTargetFlavors adds each target's own flavor to the ones it serves.
+// serveTargetFlavors adds each target's own flavor to the ones it serves,
+// and the spokes' flavor to each spoke's.
 func serveTargetFlavors(ctx context.Context) error {
 	for _, t := range targets {
 		var tg v1alpha1.Target
@@ -201,6 +231,9 @@ func serveTargetFlavors(ctx context.Context) error {
 		}
 		patch := client.MergeFrom(tg.DeepCopy())
 		tg.Spec.Flavors = []string{anyFlavor, flavorOf(t.name)}
+		if t.kind != "Slurm" {
+			tg.Spec.Flavors = append(tg.Spec.Flavors, spokesFlavor)
+		}
 		if t.kind == "Slurm" {
 			// Without containers it can run only jobs that name a command
 			// its nodes have: the administrator keeps it for jobs of its

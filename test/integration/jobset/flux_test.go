@@ -21,7 +21,7 @@ import (
 // Submit adopts it, and Cancel leaves nothing behind.
 func TestFluxJobRuns(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
-	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
+	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, Policy: kwokPolicy, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
 	tj, err := tyt.ShippedTrainJob(tyt.TrainerFluxLammpsJob, "team-a")
 	g.Expect(err).NotTo(HaveOccurred())
 	tj.UID = "tj-uid-lammps"

@@ -49,7 +49,7 @@ func TestInitializerRunsBeforeTrainer(t *testing.T) {
 	}
 
 	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client,
-		Policy: kubework.PodPolicy{Allowed: v1alpha1.AllowedPodFields{ServiceAccountNames: []string{sa.Name}}}})
+		Policy: kubework.PodPolicy{Allowed: v1alpha1.AllowedPodFields{ServiceAccountNames: []string{sa.Name}, TolerationKeys: kwokAllowed.TolerationKeys}}})
 	d := shippedDispatch(g, "cache", tyt.TrainerTorchWithCache, nil, "3s",
 		v1alpha1.PodSetPlacement{Name: "dataset-initializer", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: 1})
 	ref, err := b.Submit(ctx, d)
@@ -88,7 +88,7 @@ func TestInitializerRunsBeforeTrainer(t *testing.T) {
 // initializers, and Cancel removes the claim with the JobSet.
 func TestVolumeClaimPoliciesMakeSharedClaim(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
-	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
+	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client, Policy: kwokPolicy})
 	// The initializers run far longer than the test, so the trainer's
 	// nodes must not start whether or not the spoke can bind the claim.
 	d := shippedDispatch(g, "tune", tyt.TrainerTorchtuneLlama1B, nil, "10m",

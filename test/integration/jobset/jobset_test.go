@@ -23,7 +23,7 @@ import (
 // The tests run one after another: the capacity checks count every GPU.
 
 func newBackend() *jobset.Backend {
-	return jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}})
+	return jobset.New(cached, jobset.Options{Namespace: jobsPrefix, Policy: kwokPolicy, TopologyLevels: []string{rackLabel}})
 }
 
 // kwokRuntime is the torch runtime whose pods tolerate the kwok nodes' taint

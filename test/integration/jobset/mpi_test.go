@@ -39,7 +39,7 @@ func mpiDispatch(name, runFor string) *v1alpha1.Dispatch {
 // leaves none of them behind.
 func TestMPIJobRunsWithKeysAndHostfile(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
-	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
+	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, Policy: kwokPolicy, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
 	d := mpiDispatch("mpi", "4s")
 	ref, err := b.Submit(ctx, d)
 	g.Expect(err).NotTo(HaveOccurred())

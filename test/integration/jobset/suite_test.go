@@ -9,6 +9,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
@@ -31,6 +32,10 @@ var (
 	cached client.Client
 	// nodes: two racks of two 4-GPU nodes.
 	nodes = kube.RackNodes(rackLabel, 2, gpusPerNode, "r1", "r2")
+	// kwokAllowed is the suite's Target allowlist: the tests' runtimes and
+	// patches tolerate the kwok taint, as runtimes written for kwok do.
+	kwokAllowed = v1alpha1.AllowedPodFields{TolerationKeys: []string{kube.KwokTaint.Key}}
+	kwokPolicy  = kubework.PodPolicy{Allowed: kwokAllowed}
 )
 
 func TestMain(m *testing.M) {

@@ -30,7 +30,9 @@ func newBackend(t *testing.T) *lws.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lws.New(cached, lws.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client, Logs: cs})
+	return lws.New(cached, lws.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client, Logs: cs,
+		// The tests' runtimes tolerate the kwok taint, as runtimes written for kwok do.
+		Policy: kwokPolicy})
 }
 
 // onKwok makes every pod of rt tolerate the kwok nodes and carry the kwok

@@ -37,6 +37,10 @@ const (
 )
 
 var (
+	// kwokPolicy is the backend's pod policy in the tests that drive it
+	// directly: their runtimes tolerate the kwok taint, as runtimes written
+	// for kwok do (the agent's Target allows it through the harness).
+	kwokPolicy = kubework.PodPolicy{Allowed: v1alpha1.AllowedPodFields{TolerationKeys: []string{kube.KwokTaint.Key}}}
 	// jobsNS and agentJobsNS are where the tenant's sets are, under each prefix.
 	jobsNS      = kubework.TenantNamespace(jobsPrefix, tenant)
 	agentJobsNS = kubework.TenantNamespace(agentPrefix, tenant)

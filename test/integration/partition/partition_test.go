@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,19 +24,29 @@ import (
 )
 
 // TestCutOffAgentStopsItsWorkBeforeTheHubRequeues: the path between one
-// agent and the hub is held for longer than lease + grace. The agent stops
-// its JobSet when its lease runs out; the hub requeues only after lease +
-// grace, onto the other spoke. At every sample at most one JobSet of the
-// job exists and at most one of its Dispatches is live; when the path
+// agent and the hub is held past the fence deadline. The agent deletes its
+// JobSet then; its pods stay Terminating for stopFor, as processes that
+// checkpoint after SIGTERM (the kwok stop-for annotation, within the
+// Target's default 30 s cap on termination grace). The hub requeues only
+// after the fence deadline, the agent's stop bound (that cap + 15 s) and the
+// grace, onto the other spoke. At every sample the pods on the spokes,
+// Terminating ones included, belong to one attempt, at most one JobSet of
+// the job exists and at most one of its Dispatches is live; when the path
 // heals nothing is lost and the job completes exactly once.
 func TestCutOffAgentStopsItsWorkBeforeTheHubRequeues(t *testing.T) {
 	g := NewWithT(t)
-	makeRuntime(t, "torch-cut", "25s")
+	// stopFor outlasts what a hub that ignored the stop bound would wait
+	// after the fence (the grace, and its requeue's own ~5 s), so such a hub
+	// fails this test: measured, its second attempt's pods came ~9 s after
+	// the first attempt's fence.
+	const stopFor = 20 * time.Second
+	makeRuntime(t, "torch-cut", "25s", stopFor.String())
 	tj := submit(t, trainJob("cut", "torch-cut"))
 	wl, first := waitRunning(t, tj)
 	cut := first.Spec.TargetName
 	watch := sampleOneAttempt(t, []*trainer.TrainJob{tj})
 
+	cutAt := time.Now()
 	env.proxies[cut].Pause(false)
 	healed := false
 	heal := func() {
@@ -65,7 +74,14 @@ func TestCutOffAgentStopsItsWorkBeforeTheHubRequeues(t *testing.T) {
 		g.Expect(targetReason(g, cut)).To(Equal(v1alpha1.ReasonHeartbeatFresh))
 	}, util.Timeout, util.Interval).Should(Succeed())
 	completesOnce(t, tj)
-	watch()
+	seen := watch()
+	// The samples judged processes that outlived their JobSet's delete:
+	// the first attempt's pods were seen Terminating for about stopFor.
+	before, stopping, after := seen.podsOf(tj, first.Spec.Attempt), seen.terminatingOf(tj, first.Spec.Attempt), seen.podsOf(tj, second.Spec.Attempt)
+	t.Logf("cut at %s; attempt %d's pods %v, Terminating %v; attempt %d's pods from %s, %v after the last of attempt %d's",
+		cutAt.Format(time.StampMilli), first.Spec.Attempt, before, stopping, second.Spec.Attempt,
+		after.first.Format(time.StampMilli), after.first.Sub(before.last), first.Spec.Attempt)
+	g.Expect(stopping.last.Sub(stopping.first)).To(BeNumerically(">=", stopFor-2*time.Second), "attempt %d's pods Terminating", first.Spec.Attempt)
 }
 
 // TestHubCutOffFromEveryAgentRequeuesNothing: every agent's path is held
@@ -75,7 +91,7 @@ func TestCutOffAgentStopsItsWorkBeforeTheHubRequeues(t *testing.T) {
 // again, one attempt at a time, and each completes exactly once.
 func TestHubCutOffFromEveryAgentRequeuesNothing(t *testing.T) {
 	g := NewWithT(t)
-	makeRuntime(t, "torch-all", "20s")
+	makeRuntime(t, "torch-all", "20s", "")
 	var jobs []*trainer.TrainJob
 	var wls []*kueue.Workload
 	for _, name := range []string{"all-a", "all-b"} {
@@ -128,7 +144,7 @@ func TestHubCutOffFromEveryAgentRequeuesNothing(t *testing.T) {
 // renewed, so jobs keep running where they are, past several leases.
 func TestSkewedAgentClocksRequeueNothing(t *testing.T) {
 	g := NewWithT(t)
-	makeRuntime(t, "torch-skew", "30s")
+	makeRuntime(t, "torch-skew", "30s", "")
 	var jobs []*trainer.TrainJob
 	var wls []*kueue.Workload
 	for _, name := range []string{"skew-a", "skew-b", "skew-c"} {
@@ -151,90 +167,6 @@ func TestSkewedAgentClocksRequeueNothing(t *testing.T) {
 	}, 2*(leaseDuration+leaseGrace), util.Interval).Should(Succeed())
 }
 
-// sampleOneAttempt checks, every 100 ms until the returned func is called,
-// that no job has more than one JobSet on the spokes or more than one live
-// Dispatch; the func fails the test with the first violation.
-func sampleOneAttempt(t *testing.T, jobs []*trainer.TrainJob) func() {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var violation string
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for ctx.Err() == nil {
-			for _, tj := range jobs {
-				if msg := oneAttempt(ctx, tj); msg != "" {
-					mu.Lock()
-					if violation == "" {
-						violation = msg
-					}
-					mu.Unlock()
-				}
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
-	stop := func() {
-		cancel()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		if violation != "" {
-			t.Errorf("two attempts at once: %s", violation)
-		}
-	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	return stop
-}
-
-// oneAttempt returns a violation, or "" (also when the read fails: a
-// sample that cannot be read proves nothing either way).
-func oneAttempt(ctx context.Context, tj *trainer.TrainJob) string {
-	var where []string
-	for _, s := range env.fleet.Spokes {
-		var list jobset.JobSetList
-		if err := s.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelTrainJobUID: string(tj.UID)}); err != nil {
-			return ""
-		}
-		for _, js := range list.Items {
-			where = append(where, s.Name+"/"+js.Name)
-		}
-	}
-	if len(where) > 1 {
-		return tj.Name + ": JobSets " + joinAll(where)
-	}
-	var wls kueue.WorkloadList
-	if err := env.fleet.Hub.Client.List(ctx, &wls, client.InNamespace(tj.Namespace)); err != nil {
-		return ""
-	}
-	var ds v1alpha1.DispatchList
-	for _, wl := range wls.Items {
-		if len(wl.OwnerReferences) == 0 || wl.OwnerReferences[0].UID != tj.UID {
-			continue
-		}
-		var l v1alpha1.DispatchList
-		if err := env.fleet.Hub.Client.List(ctx, &l, client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)}); err != nil {
-			return ""
-		}
-		ds.Items = append(ds.Items, l.Items...)
-	}
-	var live []string
-	for _, d := range ds.Items {
-		if d.DeletionTimestamp.IsZero() && !d.Status.Phase.IsFinal() {
-			live = append(live, d.Name)
-		}
-	}
-	if len(live) > 1 {
-		return tj.Name + ": live Dispatches " + joinAll(live)
-	}
-	return ""
-}
-
 // completesOnce waits for the TrainJob to complete and checks that exactly
 // one attempt succeeded.
 func completesOnce(t *testing.T, tj *trainer.TrainJob) {
@@ -255,10 +187,16 @@ func completesOnce(t *testing.T, tj *trainer.TrainJob) {
 	g.Expect(succeeded).To(Equal(1), "attempts of %s that succeeded", tj.Name)
 }
 
-func makeRuntime(t *testing.T, name, runFor string) {
+// makeRuntime creates a runtime whose pods run for runFor and, once
+// deleted while running, stay Terminating for stopFor ("": go at once).
+func makeRuntime(t *testing.T, name, runFor, stopFor string) {
 	t.Helper()
-	rt := tytesting.MakeClusterTrainingRuntime(name).Toleration(kube.KwokToleration).
-		PodAnnotation("kwok.trainyard.dev/run-for", runFor).Obj()
+	w := tytesting.MakeClusterTrainingRuntime(name).Toleration(kube.KwokToleration).
+		PodAnnotation("kwok.trainyard.dev/run-for", runFor)
+	if stopFor != "" {
+		w = w.PodAnnotation("kwok.trainyard.dev/stop-for", stopFor)
+	}
+	rt := w.Obj()
 	ctx := context.Background()
 	NewWithT(t).Expect(env.fleet.Hub.Client.Create(ctx, rt)).To(Succeed())
 	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(ctx, rt) })

@@ -1,7 +1,8 @@
 // Package partition cuts the network between agents and the hub API server
 // (a TCP proxy the test pauses, holding every connection) and checks the
 // lease protocol: a cut-off agent stops its work before the hub requeues
-// it, so at no sample do two attempts of a job run; a hub cut off from
+// it, so at no sample do pods of two attempts of a job exist, Terminating
+// ones included (pods may take a kwok stop-for to go); a hub cut off from
 // every agent requeues nothing (disruption mode); skewed agent clocks
 // requeue nothing. Every agent's clock is skewed by minutes throughout.
 package partition

@@ -3,7 +3,8 @@
 // closing the pipe its output goes to, and `dev up --detach` followed by
 // `dev down`. Each time every process the sandbox started (kube-apiserver,
 // etcd, kwok, Kueue, JobSet, the controllers, the process guard) must be
-// gone afterwards.
+// gone afterwards. It also submits to the sandbox's queue jobs that request
+// CPU and memory, which must be admitted and complete (queues_test.go).
 package sandbox
 
 import (

@@ -115,20 +115,39 @@ func enableOCI(t *testing.T, addr string) {
 }
 
 // setContainerRuntime switches the suite's Target to rt until the test ends.
+// A Target that runs containers has no host environment: it is dropped
+// meanwhile.
 func setContainerRuntime(t *testing.T, rt v1alpha1.ContainerRuntime) {
 	t.Helper()
+	updateTarget(t, func(s *v1alpha1.TargetSpec) {
+		s.Slurm.ContainerRuntime = rt
+		if s.RunsContainers() {
+			s.Images = nil
+		}
+	})
+}
+
+// updateTarget changes the suite's Target's spec until the test ends, then
+// puts the spec back as it was.
+func updateTarget(t *testing.T, change func(*v1alpha1.TargetSpec)) {
+	t.Helper()
 	ctx := context.Background()
-	set := func(rt v1alpha1.ContainerRuntime) error {
+	var before *v1alpha1.TargetSpec
+	set := func(change func(*v1alpha1.TargetSpec)) error {
 		var tg v1alpha1.Target
 		if err := env.fleet.Hub.Client.Get(ctx, client.ObjectKey{Name: targetName}, &tg); err != nil {
 			return err
 		}
-		tg.Spec.Slurm.ContainerRuntime = rt
+		if before == nil {
+			before = tg.Spec.DeepCopy()
+		}
+		change(&tg.Spec)
 		return env.fleet.Hub.Client.Update(ctx, &tg)
 	}
 	// The agent writes the Target's status meanwhile: retry on conflicts.
-	NewWithT(t).Eventually(func() error { return set(rt) }, util.Timeout, util.Interval).Should(Succeed())
+	NewWithT(t).Eventually(func() error { return set(change) }, util.Timeout, util.Interval).Should(Succeed())
 	t.Cleanup(func() {
-		NewWithT(t).Eventually(func() error { return set(v1alpha1.ContainerRuntimeNone) }, util.Timeout, util.Interval).Should(Succeed())
+		restore := func(s *v1alpha1.TargetSpec) { *s = *before }
+		NewWithT(t).Eventually(func() error { return set(restore) }, util.Timeout, util.Interval).Should(Succeed())
 	})
 }

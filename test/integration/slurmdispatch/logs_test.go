@@ -1,10 +1,19 @@
 package slurmdispatch
 
 import (
+	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends/slurm"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
@@ -54,4 +63,54 @@ func TestLogsRefuseASwappedOutputFile(t *testing.T) {
 	if strings.Contains(out, "root:") {
 		t.Fatalf("the agent printed /etc/shadow:\n%s", out)
 	}
+}
+
+// TestLogsOutliveSlurmctld: `trainyard logs` of a failed job still prints
+// its output once slurmctld has forgotten the job (MinJobAge): the agent
+// finds it through accounting and checks it against the user it recorded
+// while slurmctld knew the job. Past the Target's outputRetentionDays it
+// says how long logs are kept, not that the job is unknown.
+func TestLogsOutliveSlurmctld(t *testing.T) {
+	ctx := context.Background()
+	makeRuntime(t, "forgot-slurm", tytesting.TorchRuntimeSpec(1))
+	tj := submit(t, trainJob("forgot", "forgot-slurm", 1, 1, "bash", "-c", "echo step 1; echo step 2; echo out of memory >&2; exit 3"))
+	d := dispatchOf(t, tj, func(g Gomega, d *v1alpha1.Dispatch) {
+		phaseIs(v1alpha1.DispatchFailed)(g, d)
+		g.Expect(d.Status.Remote.UserID).NotTo(BeNil(), "the agent recorded no user id for the job")
+	})
+	id, err := strconv.Atoi(d.Status.Remote.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	NewWithT(t).Eventually(func(g Gomega) {
+		_, err := serviceClient().Job(ctx, int32(id))
+		g.Expect(errors.Is(err, slurm.ErrJobNotFound)).To(BeTrue(), "slurmctld still knows job %d (err %v)", id, err)
+	}, forgetTimeout, time.Second).Should(Succeed())
+	t.Logf("slurmctld forgot job %d %s after it failed", id, time.Since(start).Round(time.Second))
+	if j, err := serviceClient().AccountedJob(ctx, int32(id), slurm.Comment(&d)); err == nil {
+		t.Logf("accounting: working directory %s, stdout %q, stderr %q as asked", j.WorkDir, j.StandardOutput, j.StandardError)
+	}
+
+	out, errOut, code := trainyardCLI("logs", tj.Name, "-n", tenant)
+	if code != 0 {
+		t.Fatalf("logs of a job slurmctld forgot exited %d: %s", code, errOut)
+	}
+	// srun's own lines about the failed task may come before the task's
+	// stderr in the .err file: only the order of the sections is fixed.
+	_, stderr, hasErr := strings.Cut(out, ".err <==\n")
+	if !strings.Contains(out, "step 1\nstep 2\n") || !hasErr || !strings.Contains(stderr, "out of memory\n") {
+		t.Errorf("logs of a job slurmctld forgot printed:\n%s\nwant its stdout and stderr", out)
+	}
+
+	// Eight days later, as the agent's record says: past the default 7.
+	ended := metav1.NewTime(time.Now().Add(-8 * 24 * time.Hour))
+	patch := client.MergeFrom(d.DeepCopy())
+	d.Status.CompletionTime = &ended
+	NewWithT(t).Expect(env.fleet.Hub.Client.Status().Patch(ctx, &d, patch)).To(Succeed())
+	out, errOut, code = trainyardCLI("logs", tj.Name, "-n", tenant)
+	if code != 1 || !strings.Contains(errOut, "the logs are no longer kept") || !strings.Contains(errOut, "for 7 days") || strings.Contains(errOut, "404") {
+		t.Errorf("logs past the retention: exit %d, stdout %q, stderr %q; want exit 1 saying logs are kept for 7 days", code, out, errOut)
+	}
+	t.Logf("past the retention: %s", strings.TrimSpace(errOut))
 }

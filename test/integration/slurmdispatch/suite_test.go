@@ -1,7 +1,9 @@
 // Package slurmdispatch runs trainyard end to end onto Slurm: a hub with
 // Kueue and trainyard's hub controllers, the real Slurm 24.11 cluster of the
 // harness registered as a Slurm Target, and its agent minting per-user
-// tokens. TrainJobs run as batch jobs through slurmrestd.
+// tokens. TrainJobs run as batch jobs through slurmrestd. Beside it a kwok
+// spoke of CPU-only nodes serves another flavor, as in a mixed fleet: the
+// suite's queue is Slurm-only, and no job of it may land there.
 package slurmdispatch
 
 import (
@@ -28,6 +30,9 @@ const (
 	tenant     = "team-a"
 	queue      = "lq"
 	targetName = "hpc"
+	// spokeName is the kwok spoke, whose Target serves spokeFlavor only.
+	spokeName   = "spoke1"
+	spokeFlavor = "spoke-cpu"
 	// slurmUser is who team-a's jobs run as, set by the administrator.
 	slurmUser = "alice"
 	// workDir is the Target's spec.slurm.workDir; makeWorkDirs makes it for
@@ -78,7 +83,7 @@ func run(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, "build MPI hello:", err)
 		return 1
 	}
-	if env.fleet, err = kube.StartFleet(ctx, kube.FleetOptions{HubOnly: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")}); err != nil {
+	if env.fleet, err = kube.StartFleet(ctx, kube.FleetOptions{Spokes: 1, Dir: os.Getenv("TRAINYARD_ARTIFACTS")}); err != nil {
 		fmt.Fprintln(os.Stderr, "start hub:", err)
 		return 1
 	}
@@ -89,13 +94,19 @@ func run(m *testing.M) (code int) {
 		util.DumpLogsOnFailure(code, env.fleet.Hub)
 		_ = env.fleet.Stop()
 	}()
+	// CPU-only nodes: a job that asks for no GPUs fits here best of all.
+	if err := env.fleet.Spokes[0].AddKwokNodes(ctx, kube.NodeSpec{Name: spokeName + "-cpu-0"}, kube.NodeSpec{Name: spokeName + "-cpu-1"}); err != nil {
+		fmt.Fprintln(os.Stderr, "add spoke nodes:", err)
+		return 1
+	}
 	q := trainyard.Queue{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}
 	if err := trainyard.SetUpQueue(ctx, env.fleet.Hub, q); err != nil {
 		fmt.Fprintln(os.Stderr, "set up queues:", err)
 		return 1
 	}
 	env.controllers, err = trainyard.Start(ctx, env.fleet, trainyard.Options{
-		Flavor: flavor, LostTargetTimeout: time.Minute, HeartbeatInterval: time.Second,
+		Flavor: flavor, SpokeFlavors: map[string]string{spokeName: spokeFlavor},
+		LostTargetTimeout: time.Minute, HeartbeatInterval: time.Second,
 		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
 		Slurm: []trainyard.SlurmTarget{{
 			Name: targetName, Cluster: env.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,

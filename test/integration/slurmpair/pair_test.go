@@ -15,6 +15,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
+	"github.com/trainyard-dev/trainyard/test/util"
 )
 
 // slurmTimeout bounds waits on Slurm: each emulated job start forks a
@@ -96,20 +97,34 @@ func TestControllerOutageSendsNewWorkToTheOther(t *testing.T) {
 }
 
 // TestCutOffAgentStopsItsSlurmJobsBeforeTheHubRequeues holds the path
-// between one cluster's agent and the hub past lease + grace while a job
-// runs there. The agent cancels its Slurm job when its lease runs out; the
-// hub requeues only after lease + grace, onto the other cluster. At every
-// sample at most one Slurm job of the TrainJob is active on the two
-// clusters together and at most one Dispatch is live; after the path
-// heals the job completes exactly once.
+// between one cluster's agent and the hub past the fence deadline while a
+// job runs there. The job stamps its process lifetime into a file both
+// clusters share (stampScript) and, on SIGTERM, checkpoints for a few
+// seconds before it exits. The agent cancels its Slurm job at the fence
+// deadline; the hub requeues only after that deadline, the agent's stop
+// bound (the Target's killWaitSeconds + 15 s; the harness registers no
+// killWaitSeconds, so the default 30 stands for the clusters' KillWait of
+// 5: conservative) and the grace, onto the other cluster, where the copy
+// resumes and finishes. Judged by
+// processes: exactly two copies lived, the first ended by SIGTERM, and no
+// two lifetimes overlap. Judged by objects: at every sample at most one
+// Slurm job of the TrainJob is active on the two clusters together and at
+// most one Dispatch is live; after the path heals the job completes
+// exactly once.
 func TestCutOffAgentStopsItsSlurmJobsBeforeTheHubRequeues(t *testing.T) {
 	makeRuntime(t, "cut")
-	tj := submit(t, trainJob("cut", "cut", 2, "sleep", "20"))
+	stamps := sharedFile(t, "/home/alice/cut.stamps", aliceUID)
+	tj := submit(t, trainJob("cut", "cut", 1, "bash", "-c", stampScript("/home/alice/cut.stamps")))
 	first := dispatchOf(t, tj, phaseIs(v1alpha1.DispatchRunning))
 	cut := siteOf(first.Spec.TargetName)
 	firstJob := first.Status.Remote.ID
+	g := NewWithT(t)
+	g.Eventually(func(g Gomega) {
+		g.Expect(lifetimes(g, stamps)).To(ConsistOf(HaveField("How", "")), "the first copy has started")
+	}, slurmTimeout, util.Interval).Should(Succeed())
 	watch := sampleOneCopy(t, tj)
 
+	cutAt := time.Now()
 	cut.proxy.Pause(false)
 	healed := false
 	heal := func() {
@@ -120,22 +135,45 @@ func TestCutOffAgentStopsItsSlurmJobsBeforeTheHubRequeues(t *testing.T) {
 	}
 	t.Cleanup(heal)
 
-	g := NewWithT(t)
 	second := dispatchOf(t, tj, func(g Gomega, d *v1alpha1.Dispatch) {
 		g.Expect(d.Spec.Attempt).To(BeNumerically(">", first.Spec.Attempt))
 		g.Expect(d.Spec.TargetName).NotTo(Equal(cut.target))
-		g.Expect(d.Status.Phase).To(Equal(v1alpha1.DispatchRunning))
+		g.Expect(d.Status.Phase).To(BeElementOf(v1alpha1.DispatchRunning, v1alpha1.DispatchSucceeded))
 	})
 	// The first copy was cancelled by its own agent, still cut off.
 	g.Expect(jobsOf(g, cut, tj)).To(ConsistOf(And(
 		HaveField("JobID", BeEquivalentTo(atoi(firstJob))),
 		HaveField("JobState", ContainElement("CANCELLED")))))
+	// The second copy resumes, runs briefly and exits.
+	var lives []lifetime
+	g.Eventually(func(g Gomega) {
+		lives = lifetimes(g, stamps)
+		g.Expect(lives).To(HaveLen(2))
+		g.Expect(lives[1].How).NotTo(BeEmpty(), "the second copy has ended")
+	}, slurmTimeout, util.Interval).Should(Succeed())
 	heal()
 	targetAvailable(t, cut.target, metav1.ConditionTrue)
 	final := dispatchOf(t, tj, phaseIs(v1alpha1.DispatchSucceeded))
 	g.Expect(final.Name).To(Equal(second.Name))
 	trainJobComplete(t, tj)
 	watch()
+
+	lives = lifetimes(g, stamps)
+	t.Logf("cut at %s; copies: %v", cutAt.Format(time.StampMicro), lives)
+	for i, x := range lives {
+		for _, y := range lives[i+1:] {
+			g.Expect(x.overlaps(y)).To(BeFalse(), "copies %v and %v ran at once", x, y)
+		}
+	}
+	g.Expect(lives).To(HaveLen(2), "copies that ran")
+	a, b := lives[0], lives[1]
+	t.Logf("first copy: SIGTERM %v after the cut, ended %v after it; second copy started %v after the first ended",
+		a.Term.Sub(cutAt), a.End.Sub(cutAt), b.Start.Sub(a.End))
+	g.Expect(a.ID).To(Equal(cut.cluster.Name+"/"+firstJob), "the first copy")
+	g.Expect(a.How).To(Equal("SIGTERM"), "the first copy ends by SIGTERM, after its checkpoint")
+	g.Expect(a.End.Sub(a.Term)).To(BeNumerically(">=", checkpointFor), "the first copy's checkpoint")
+	g.Expect(b.ID).To(HavePrefix(siteOf(second.Spec.TargetName).cluster.Name+"/"), "the second copy")
+	g.Expect(b.How).To(Equal("exit"), "the second copy runs to its end")
 }
 
 // sampleOneCopy checks, every 200 ms until the returned func is called,
@@ -168,6 +206,7 @@ func sampleOneCopy(t *testing.T, tj *trainer.TrainJob) func() {
 		wg.Wait()
 		if violation != "" {
 			t.Errorf("two copies at once: %s", violation)
+			return
 		}
 		t.Logf("%d samples of %s, at most one copy in each", samples, tj.Name)
 	}

@@ -5,8 +5,9 @@
 // Target serving the same flavor. It checks placement across them by free nodes, and that
 // losing one of them sends work to the other without two copies of a job
 // running: a cluster whose controller is down gets no new work, and an
-// agent cut off from the hub past its lease stops its Slurm jobs before the
-// hub requeues them onto the other cluster.
+// agent cut off from the hub past its fence deadline stops its Slurm jobs
+// before the hub requeues them onto the other cluster, judged by the
+// processes' own stamps of their lifetimes, not only by Slurm's job states.
 package slurmpair
 
 import (
@@ -40,6 +41,9 @@ const (
 	leaseDuration = 6 * time.Second
 	leaseGrace    = 4 * time.Second
 	renewEvery    = time.Second
+	// aliceUID is the harness clusters' alice (hack/slurm/configure.sh),
+	// whom tenant's jobs run as.
+	aliceUID = 2001
 )
 
 // site is one Slurm cluster and its Target.

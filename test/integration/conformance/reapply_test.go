@@ -1,0 +1,244 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/trainyard-dev/trainyard/hub/snapshot"
+	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/util"
+)
+
+// TestReapplyIsANoOp applies Trainer's example files as users and GitOps
+// tools do, with kubectl itself: each file once, then again, then
+// `kubectl diff`, then the same with server-side apply, from a first apply
+// of either kind. Only the namespace, the queue label and (for the
+// server-side round) the names are set; the rest is as written. Every
+// apply is accepted, no TrainJob's spec changes (its generation stays),
+// the pin stays, and diff finds nothing.
+func TestReapplyIsANoOp(t *testing.T) {
+	dir, err := kube.ModuleDir("github.com/kubeflow/trainer/v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "examples", "yaml", "*.yaml"))
+	if err != nil || len(files) < 5 {
+		t.Fatalf("Trainer's examples/yaml: %d files, %v; want its 5", len(files), err)
+	}
+	sort.Strings(files)
+	csa, ssa := []string{"apply"}, []string{"apply", "--server-side"}
+	for _, round := range []struct {
+		name   string
+		suffix string
+		// applies are the manifest's applies in order, the first creating.
+		applies [][]string
+	}{
+		{"client-side apply", "", [][]string{csa, csa, csa}},
+		{"server-side apply", "-ssa", [][]string{ssa, ssa, ssa}},
+		// Moving from client-side to server-side apply takes over the
+		// fields client-side apply set, as kubectl documents.
+		{"client-side then server-side", "-moved", [][]string{csa, append(ssa, "--force-conflicts"), ssa}},
+	} {
+		t.Run(round.name, func(t *testing.T) {
+			for _, f := range files {
+				t.Run(filepath.Base(f), func(t *testing.T) {
+					g := gomega.NewWithT(t)
+					manifest, jobs, suspends := tenantManifest(t, f, round.suffix)
+					kubectl(t, append(round.applies[0], "-f", manifest)...)
+					before := trainJobs(g, jobs)
+					for _, again := range round.applies[1:] {
+						if suspends && slices.Contains(again, "--server-side") && !slices.Contains(again, "--force-conflicts") {
+							// spec.suspend is Kueue's once it admits the
+							// job: server-side apply calls a manifest that
+							// sets it a conflict with Kueue, with or without
+							// trainyard, until applied with force.
+							again = append(slices.Clone(again), "--force-conflicts")
+						}
+						kubectl(t, append(again, "-f", manifest)...)
+						if out, code := kubectlCode(t, "diff", "-f", manifest); code != 0 {
+							t.Errorf("kubectl diff after %v: exit %d, want 0 (no difference):\n%s", again, code, out)
+						}
+						for name, tj := range trainJobs(g, jobs) {
+							was := before[name]
+							// Kueue changes suspend and its own runtime patch;
+							// what the user wrote and the pin stay.
+							got, want := userFields(tj), userFields(was)
+							if diff := cmp.Diff(want, got); diff != "" {
+								t.Errorf("%s changed by %v (-before +after):\n%s", name, again, diff)
+							}
+						}
+					}
+					kubectl(t, "delete", "--wait=false", "-f", manifest)
+				})
+			}
+		})
+	}
+}
+
+// TestRuntimeAndJobsInOneApply creates a new TrainingRuntime and 50
+// TrainJobs of it in one kubectl apply, as Trainer's multi-step example
+// does with one: no admission step may refuse a job because it has not yet
+// seen the runtime (or its pinned copy), and nothing here retries.
+func TestRuntimeAndJobsInOneApply(t *testing.T) {
+	g := gomega.NewWithT(t)
+	dir, err := kube.ModuleDir("github.com/kubeflow/trainer/v2")
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	objs, err := util.ReadManifests(filepath.Join(dir, "examples", "yaml", "05-multi-step.yaml"))
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	runtime, job := pick(t, objs, trainer.TrainingRuntimeKind), pick(t, objs, trainer.TrainJobKind)
+	// A runtime no earlier test made, so its copy is made now.
+	name := "one-apply-" + rand.String(6)
+	runtime.SetName(name)
+	runtime.SetNamespace(tenant)
+	docs := []*unstructured.Unstructured{runtime}
+	var names []string
+	for i := range 50 {
+		j := job.DeepCopy()
+		j.SetName(fmt.Sprintf("%s-%02d", name, i))
+		j.SetNamespace(tenant)
+		j.SetLabels(map[string]string{"kueue.x-k8s.io/queue-name": queueOf("spoke1")})
+		g.Expect(unstructured.SetNestedField(j.Object, name, "spec", "runtimeRef", "name")).To(gomega.Succeed())
+		docs = append(docs, j)
+		names = append(names, j.GetName())
+	}
+	manifest := writeManifest(t, docs)
+	kubectl(t, "apply", "-f", manifest)
+	got := trainJobs(g, names)
+	g.Expect(got).To(gomega.HaveLen(50))
+	for n, tj := range got {
+		if tj.Annotations[snapshot.AnnotationSource] != trainer.TrainingRuntimeKind+"/"+name {
+			t.Errorf("%s: pinned from %q, want %s/%s", n, tj.Annotations[snapshot.AnnotationSource], trainer.TrainingRuntimeKind, name)
+		}
+	}
+	kubectl(t, "delete", "--wait=false", "-f", manifest)
+}
+
+// userFields is what of a TrainJob the user wrote and pinning set.
+func userFields(tj *trainer.TrainJob) map[string]any {
+	var patches []trainer.RuntimePatch
+	for _, p := range tj.Spec.RuntimePatches {
+		if p.Manager != "kueue.x-k8s.io/manager" {
+			patches = append(patches, p)
+		}
+	}
+	return map[string]any{
+		"runtimeRef": tj.Spec.RuntimeRef, "trainer": tj.Spec.Trainer, "initializer": tj.Spec.Initializer,
+		"runtimePatches": patches, "labels": tj.Labels,
+		"pin": []string{tj.Annotations[snapshot.AnnotationSource], tj.Annotations[snapshot.AnnotationHash]},
+	}
+}
+
+// tenantManifest writes file's objects with TrainingRuntimes and TrainJobs
+// in the tenant's namespace and the TrainJobs in spoke1's queue, their names
+// ending in suffix, and returns its path, the TrainJobs' names and whether
+// one sets spec.suspend.
+func tenantManifest(t *testing.T, file, suffix string) (string, []string, bool) {
+	t.Helper()
+	objs, err := util.ReadManifests(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs []string
+	suspends := false
+	for _, o := range objs {
+		switch o.GetKind() {
+		case trainer.TrainingRuntimeKind:
+			o.SetNamespace(tenant)
+		case trainer.TrainJobKind:
+			o.SetNamespace(tenant)
+			o.SetName(o.GetName() + suffix)
+			labels := o.GetLabels()
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels["kueue.x-k8s.io/queue-name"] = queueOf("spoke1")
+			o.SetLabels(labels)
+			jobs = append(jobs, o.GetName())
+			if _, ok, _ := unstructured.NestedBool(o.Object, "spec", "suspend"); ok {
+				suspends = true
+			}
+		}
+	}
+	return writeManifest(t, objs), jobs, suspends
+}
+
+func writeManifest(t *testing.T, objs []*unstructured.Unstructured) string {
+	t.Helper()
+	var b bytes.Buffer
+	for _, o := range objs {
+		raw, err := yaml.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString("---\n")
+		b.Write(raw)
+	}
+	p := filepath.Join(t.TempDir(), "manifest.yaml")
+	if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func pick(t *testing.T, objs []*unstructured.Unstructured, kind string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			return o
+		}
+	}
+	t.Fatalf("no %s in the example", kind)
+	return nil
+}
+
+// trainJobs reads the tenant's TrainJobs of these names.
+func trainJobs(g gomega.Gomega, names []string) map[string]*trainer.TrainJob {
+	out := map[string]*trainer.TrainJob{}
+	for _, n := range names {
+		var tj trainer.TrainJob
+		g.Expect(env.fleet.Hub.Client.Get(context.Background(), client.ObjectKey{Namespace: tenant, Name: n}, &tj)).To(gomega.Succeed())
+		out[n] = &tj
+	}
+	return out
+}
+
+// kubectl runs the hub's kubectl as its administrator and fails the test
+// on a non-zero exit.
+func kubectl(t *testing.T, args ...string) {
+	t.Helper()
+	if out, code := kubectlCode(t, args...); code != 0 {
+		t.Fatalf("kubectl %s: exit %d:\n%s", strings.Join(args, " "), code, out)
+	}
+}
+
+func kubectlCode(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	bin := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", env.fleet.Hub.Kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return string(out), exit.ExitCode()
+	case err != nil:
+		t.Fatalf("run kubectl: %v", err)
+	}
+	return string(out), 0
+}
