@@ -413,6 +413,29 @@ type AllowedPodFields struct {
 	// +kubebuilder:validation:items:MaxLength=317
 	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	SchedulingGates []string `json:"schedulingGates,omitempty"`
+
+	// priorityClassNames are the spoke PriorityClasses tenants' pods may
+	// name. Any other is refused: a higher class would preempt other
+	// tenants' pods on the spoke, which the hub's quota never agreed to.
+	// Default: none, so pods run at the spoke's default priority.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	PriorityClassNames []string `json:"priorityClassNames,omitempty"`
+
+	// runtimeClassNames are the RuntimeClasses tenants' pods may run under
+	// (for example a GPU runtime, or a sandboxed one). Any other is
+	// refused: a RuntimeClass picks the container runtime, and so how far
+	// a pod is isolated from its node. Default: none, the nodes' default
+	// runtime.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	RuntimeClassNames []string `json:"runtimeClassNames,omitempty"`
 }
 
 // DefaultMaxTerminationGracePeriodSeconds is

@@ -113,6 +113,19 @@ func (p PodPolicy) checkPod(spec *corev1.PodSpec) []string {
 	if g, most := spec.TerminationGracePeriodSeconds, a.MaxTerminationGrace(); g != nil && *g > most {
 		why = append(why, fmt.Sprintf("terminationGracePeriodSeconds %d is more than this target allows (maxTerminationGracePeriodSeconds %d)", *g, most))
 	}
+	if c := spec.PriorityClassName; c != "" && !slices.Contains(a.PriorityClassNames, c) {
+		why = append(why, fmt.Sprintf("priorityClassName %q is not allowed on this target (allowedPodFields.priorityClassNames)", c))
+	}
+	if spec.Priority != nil {
+		why = append(why, "priority is set by the spoke from priorityClassName and may not be given")
+	}
+	if c := spec.RuntimeClassName; c != nil && !slices.Contains(a.RuntimeClassNames, *c) {
+		why = append(why, fmt.Sprintf("runtimeClassName %q is not allowed on this target (allowedPodFields.runtimeClassNames)", *c))
+	}
+	if len(spec.ResourceClaims) > 0 {
+		why = append(why, fmt.Sprintf("resourceClaims (%s) are not allowed: devices claimed through dynamic resource allocation are outside the quota the hub admitted",
+			spec.ResourceClaims[0].Name))
+	}
 	for _, sa := range []string{spec.ServiceAccountName, spec.DeprecatedServiceAccount} {
 		if sa != "" && sa != "default" && !slices.Contains(a.ServiceAccountNames, sa) {
 			why = append(why, fmt.Sprintf("serviceAccountName %q is not allowed on this target", sa))
@@ -124,6 +137,11 @@ func (p PodPolicy) checkPod(spec *corev1.PodSpec) []string {
 
 func (p PodPolicy) checkVolumes(spec *corev1.PodSpec, own Own) []string {
 	var why []string
+	for _, s := range spec.ImagePullSecrets {
+		if !slices.Contains(own.Secrets, s.Name) {
+			why = append(why, fmt.Sprintf("imagePullSecrets: Secret %q was not made for this job", s.Name))
+		}
+	}
 	for _, v := range spec.Volumes {
 		typ := volumeType(&v.VolumeSource)
 		if !slices.Contains(defaultVolumeTypes, typ) && !slices.Contains(p.Allowed.VolumeTypes, typ) {

@@ -13,8 +13,9 @@ import (
 // (which let pods onto the control plane and onto nodes an administrator
 // reserved with a taint), nodeSelector and node affinity (a selector no
 // node matches, or gates no controller removes, keep pods Pending while the
-// job's quota stays held on the hub), and nodeName and schedulerName, which
-// go around the spoke's scheduler and so around taints. Each refusal names
+// job's quota stays held on the hub), topology spread constraints and
+// scheduling groups (the same), and nodeName and schedulerName, which go
+// around the spoke's scheduler and so around taints. Each refusal names
 // the field and the allowedPodFields entry that would allow it.
 func (p PodPolicy) checkScheduling(spec *corev1.PodSpec) []string {
 	a := p.Allowed
@@ -38,6 +39,10 @@ func (p PodPolicy) checkScheduling(spec *corev1.PodSpec) []string {
 		}
 	}
 	why = append(why, p.checkAffinity(spec.Affinity)...)
+	why = append(why, p.checkSpread(spec.TopologySpreadConstraints)...)
+	if spec.SchedulingGroup != nil {
+		why = append(why, "schedulingGroup is not allowed: trainyard gangs a job's pods itself, and a group no controller completes keeps them Pending")
+	}
 	for _, g := range spec.SchedulingGates {
 		if !slices.Contains(a.SchedulingGates, g.Name) {
 			why = append(why, fmt.Sprintf("schedulingGates: gate %q is not allowed on this target (allowedPodFields.schedulingGates)", g.Name))
@@ -86,6 +91,26 @@ func (p PodPolicy) checkAffinity(aff *corev1.Affinity) []string {
 				seen["field "+f.Key] = true
 				why = append(why, fmt.Sprintf("affinity: node affinity by field %q (matchFields) is not allowed: it picks nodes by name", f.Key))
 			}
+		}
+	}
+	return why
+}
+
+// checkSpread treats topology spread constraints as affinity: a hard one
+// (DoNotSchedule) on a key no node carries keeps pods Pending, so they need
+// allowedPodFields.affinity, and their topology keys must be listed in
+// nodeSelectorKeys.
+func (p PodPolicy) checkSpread(spread []corev1.TopologySpreadConstraint) []string {
+	if len(spread) == 0 {
+		return nil
+	}
+	if !p.Allowed.Affinity {
+		return []string{"topologySpreadConstraints are not allowed on this target (allowedPodFields.affinity)"}
+	}
+	var why []string
+	for _, c := range spread {
+		if !slices.Contains(p.Allowed.NodeSelectorKeys, c.TopologyKey) {
+			why = append(why, fmt.Sprintf("topologySpreadConstraints: topology key %q is not allowed on this target (allowedPodFields.nodeSelectorKeys)", c.TopologyKey))
 		}
 	}
 	return why
