@@ -8,10 +8,12 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -48,7 +50,8 @@ func asTenant(t *testing.T, user, group string) client.Client {
 // namespace, tries to read her job and its Dispatch, to release her quota
 // by relabelling the Dispatch, to ask for her logs and to pre-set a runtime
 // pin. Each attempt is refused with a reason, and her job completes; her
-// own log request is answered, and the token in her job's environment is
+// own log request is answered, bob's is denied by the relay itself once
+// RBAC lets him ask, and the token in her job's environment is
 // in nothing the hub or the agent logged.
 func TestHostileTenantOnTheHub(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
@@ -119,7 +122,14 @@ func TestHostileTenantOnTheHub(t *testing.T) {
 	g.Expect(string(after.Spec.TrainJob.Spec.Raw)).To(ContainSubstring(secretCanary),
 		"the Dispatch carries the token, so the check below would see it logged")
 
-	// alice asks for her logs, through the relay and the agent.
+	// alice asks for her logs, through the relay and the agent, and gets
+	// what her job printed.
+	g.Eventually(func(g Gomega) {
+		sets := jobSetsOf(g, tj)
+		g.Expect(sets).To(HaveLen(1))
+		_, err := spoke.SetPodLogs(ctx, nsA, map[string]string{jobsetapi.JobSetNameKey: sets[0].Name}, "node", "alice's epoch 1 loss 0.42")
+		g.Expect(err).NotTo(HaveOccurred())
+	}, util.Timeout, util.Interval).Should(Succeed())
 	lr := &v1alpha1.LogRequest{ObjectMeta: metav1.ObjectMeta{GenerateName: "mine-", Namespace: tenantA},
 		Spec: v1alpha1.LogRequestSpec{TrainJobName: tj.Name, Requester: v1alpha1.Requester{Username: "alice", Groups: []string{tenantA, "system:authenticated"}}}}
 	g.Expect(alice.Create(ctx, lr)).To(Succeed(), "alice asks for her logs")
@@ -127,13 +137,50 @@ func TestHostileTenantOnTheHub(t *testing.T) {
 		g.Expect(alice.Get(ctx, client.ObjectKeyFromObject(lr), lr)).To(Succeed())
 		g.Expect(lr.Status.Phase.IsFinal()).To(BeTrue(), "LogRequest %+v", lr.Status)
 	}, util.Timeout, util.Interval).Should(Succeed())
-	g.Expect(lr.Status.Phase).NotTo(Equal(v1alpha1.LogRequestDenied), "alice's own LogRequest: %s", lr.Status.Message)
+	g.Expect(lr.Status.Phase).To(Equal(v1alpha1.LogRequestAnswered), "alice's own LogRequest: %s", lr.Status.Message)
+	g.Expect(lr.Status.Log).To(ContainSubstring("alice's epoch 1 loss 0.42"))
+
+	// bob, granted LogRequests in team-a by a careless administrator, gets
+	// past RBAC; the relay's own check (may he get her job, and its
+	// trainjobs/log?) still refuses him, and relays nothing to the agent.
+	grantLogRequests(t, "bob", tenantA)
+	peek := &v1alpha1.LogRequest{ObjectMeta: metav1.ObjectMeta{GenerateName: "peek-", Namespace: tenantA},
+		Spec: v1alpha1.LogRequestSpec{TrainJobName: tj.Name, Requester: v1alpha1.Requester{Username: "bob", Groups: []string{tenantB, "system:authenticated"}}}}
+	g.Eventually(func() error { return bob.Create(ctx, peek) }, util.Timeout, util.Interval).Should(Succeed(),
+		"bob creates a LogRequest in team-a once granted")
+	t.Cleanup(func() { _ = fleet.Hub.Client.Delete(ctx, peek) })
+	g.Eventually(func(g Gomega) {
+		g.Expect(fleet.Hub.Client.Get(ctx, client.ObjectKeyFromObject(peek), peek)).To(Succeed())
+		g.Expect(peek.Status.Phase.IsFinal()).To(BeTrue(), "LogRequest %+v", peek.Status)
+	}, util.Timeout, util.Interval).Should(Succeed())
+	g.Expect(peek.Status.Phase).To(Equal(v1alpha1.LogRequestDenied), "bob's LogRequest for alice's job: %+v", peek.Status)
+	g.Expect(peek.Status.Message).To(ContainSubstring(`user "bob" may not get trainjobs`))
+	g.Expect(peek.Status.Log).To(BeEmpty())
+	g.Expect(peek.Status.RelayedAt).To(BeNil(), "the relay passed bob's request to the agent")
 
 	// Everything the hub and the agent logged about her job, its dispatch,
 	// bob's attempts and her LogRequest: the token is in none of it.
 	logged := controllerLog.String()
 	g.Expect(logged).To(ContainSubstring(d.Name), "the log capture saw nothing of the job")
 	g.Expect(logged).NotTo(ContainSubstring(secretCanary), "a tenant's token reached the controllers' log")
+}
+
+// grantLogRequests binds user, in namespace, to a Role that lets them
+// create and read LogRequests there and nothing else: RBAC no longer
+// stands between them and the relay.
+func grantLogRequests(t *testing.T, user, namespace string) {
+	t.Helper()
+	ctx, g := context.Background(), NewWithT(t)
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "logrequests-" + user, Namespace: namespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"logrequests"},
+			Verbs: []string{"create", "get"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+	for _, o := range []client.Object{role, binding} {
+		g.Expect(client.IgnoreAlreadyExists(fleet.Hub.Client.Create(ctx, o))).To(Succeed())
+		t.Cleanup(func() { _ = fleet.Hub.Client.Delete(ctx, o) })
+	}
 }
 
 // secretCanary is a token value only a job's environment holds.
