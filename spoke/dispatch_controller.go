@@ -105,7 +105,7 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 	}
 	status := d.Status.DeepCopy()
 	submitErr := r.observe(ctx, d, status)
-	if stoppedByFence(d, status, r.Lease) {
+	if stoppedByFence(ctx, d, status, r.Lease) {
 		return r.reportFenced(ctx, d)
 	}
 	events := r.events(&d.Status, status)
@@ -129,16 +129,17 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 // Slurm, cancelled) was stopped by a lease fence: that is not a loss, and
 // the hub requeues it. Either the watchdog stopped it during this pass, or
 // this replica took over a lease that had lapsed and the work predates it,
-// so a predecessor may have stopped it and forgotten with its restart.
-func stoppedByFence(d *v1alpha1.Dispatch, status *v1alpha1.DispatchStatus, l *Lease) bool {
+// so a predecessor may have stopped it and forgotten with its restart, or
+// another replica (a standby whose evidence trailed) recorded stopping it.
+func stoppedByFence(ctx context.Context, d *v1alpha1.Dispatch, status *v1alpha1.DispatchStatus, l *Lease) bool {
 	if d.Status.Phase.IsFinal() {
 		return false
 	}
 	switch status.Reason {
 	case v1alpha1.ReasonRemoteMissing:
-		return l.Fenced(d) || l.MayHaveFenced(d)
+		return l.Fenced(d) || l.MayHaveFenced(d) || l.RecordedFence(ctx, d)
 	case v1alpha1.ReasonRemoteCancelled:
-		return l.MayHaveFenced(d)
+		return l.MayHaveFenced(d) || l.RecordedFence(ctx, d)
 	}
 	return false
 }
@@ -279,7 +280,7 @@ func (r *DispatchReconciler) reportFenced(ctx context.Context, d *v1alpha1.Dispa
 	}
 	r.event(d, dispatchEvent{corev1.EventTypeWarning, EventSelfFenced,
 		"stopped the remote work: the agent could not renew its lease on the hub"})
-	r.Lease.Reported(d)
+	r.Lease.Reported(ctx, d)
 	return ctrl.Result{}, nil
 }
 

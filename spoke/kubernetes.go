@@ -122,6 +122,9 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	opts := o.Agent
 	opts.Target, opts.Namespace = t.Name, ns
 	opts.Caches = append(opts.Caches, spoke.GetCache())
+	if opts.FenceRecord, err = fenceRecordOf(o.LeaderElect, o.Election, t.Name); err != nil {
+		return nil, err
+	}
 	k := t.Spec.Kubernetes
 	settings := kubework.SettingsOf(&t.Spec)
 	binding, err := tenantBinding(ctx, logs, o.TenantRole)
@@ -224,6 +227,20 @@ type Election struct {
 	// Namespace of the lock; empty: the pod's namespace (in a cluster), or
 	// the agent namespace on the hub.
 	Namespace string
+}
+
+// fenceRecordOf is the replicas' shared record of fence stops, beside
+// their lock when they elect in their own cluster; nil when they elect on
+// the hub, where a cut leaves nothing shared in reach.
+func fenceRecordOf(leaderElect bool, e Election, target string) (*FenceRecord, error) {
+	if !leaderElect || e.Config == nil || e.Namespace == "" {
+		return nil, nil
+	}
+	c, err := client.New(e.Config, client.Options{Scheme: SpokeScheme()})
+	if err != nil {
+		return nil, fmt.Errorf("client of the leader-election cluster: %w", err)
+	}
+	return &FenceRecord{Client: c, Namespace: e.Namespace, Name: FenceRecordName(target)}, nil
 }
 
 // leaderElection times an election held on the hub after the lease: a

@@ -99,6 +99,8 @@ type Lease struct {
 	// fenced holds the attempts whose work the watchdog stopped, true once
 	// its delete was issued.
 	fenced map[fencedKey]bool
+	// Record shares the stops with the other replicas (nil: none).
+	Record *FenceRecord
 	// mayRequeue: the hub may requeue this target's jobs when the lease
 	// runs out. Set before a Lease saying Requeue is written (a write that
 	// timed out may have landed), cleared only once one saying Hold was
@@ -452,12 +454,20 @@ func (l *Lease) fence(ctx context.Context) error {
 			continue // not ours, or ended: finished work is never stopped
 		}
 		// Remembered before the delete: a reconcile that finds the work gone
-		// must read it as stopped by the fence, never as lost.
+		// must read it as stopped by the fence, never as lost, on this
+		// replica and (through the record) on the one that reports it.
 		key := fencedKey{w.DispatchNamespace, w.DispatchName, w.Attempt}
 		l.mu.Lock()
 		deleted := l.fenced[key]
 		l.fenced[key] = deleted
 		l.mu.Unlock()
+		if !deleted {
+			if err := l.Record.Add(ctx, key, l.Clock.Now()); err != nil {
+				// Stopping comes first: without the record the leader may
+				// report the work lost rather than stopped.
+				log.FromContext(ctx).Info("could not record a stop for the other replicas", "dispatch", key.namespace+"/"+key.name, "error", err.Error())
+			}
+		}
 		// Deleted again each pass while its processes end (the delete is
 		// idempotent), but counted and announced once.
 		if err := l.Lister.Delete(ctx, w); err != nil {
@@ -502,11 +512,29 @@ func (l *Lease) Fenced(d *v1alpha1.Dispatch) bool {
 	return ok
 }
 
+// RecordedFence reports whether some replica recorded stopping the work
+// of d's attempt (FenceRecord). A failed read counts as no: the work is
+// then reported lost, as before the record.
+func (l *Lease) RecordedFence(ctx context.Context, d *v1alpha1.Dispatch) bool {
+	if l == nil {
+		return false
+	}
+	ok, err := l.Record.Has(ctx, fencedKey{d.Namespace, d.Name, d.Spec.Attempt})
+	if err != nil {
+		log.FromContext(ctx).Info("could not read the replicas' record of stopped work", "error", err.Error())
+	}
+	return ok
+}
+
 // Reported forgets d's attempt once its Dispatch says it was stopped.
-func (l *Lease) Reported(d *v1alpha1.Dispatch) {
+func (l *Lease) Reported(ctx context.Context, d *v1alpha1.Dispatch) {
+	k := fencedKey{d.Namespace, d.Name, d.Spec.Attempt}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.fenced, fencedKey{d.Namespace, d.Name, d.Spec.Attempt})
+	delete(l.fenced, k)
+	l.mu.Unlock()
+	if err := l.Record.Remove(ctx, k); err != nil {
+		log.FromContext(ctx).V(1).Info("could not clear a reported stop from the record", "error", err.Error())
+	}
 }
 
 // prune forgets, at most every fencedPruneInterval and only while the hub
@@ -538,6 +566,7 @@ func (l *Lease) prune(ctx context.Context) {
 			l.mu.Lock()
 			delete(l.fenced, k)
 			l.mu.Unlock()
+			_ = l.Record.Remove(ctx, k) // best effort: the reporter removes it too
 		}
 	}
 }

@@ -361,24 +361,38 @@ func TestWorkStoppedBeforeARestartIsReportedAsFenced(t *testing.T) {
 // leader remembers nothing of it. Once the leader reaches the hub again, the
 // work it finds gone is fenced (the hub requeues), not lost (the TrainJob
 // fails), even when the cut ended just before its own deadline. A cut well
-// short of the deadline leaves a disappearance a loss.
+// short of the deadline leaves a disappearance a loss, unless the standby
+// recorded its stop where the replicas elect (FenceRecord).
 func TestWorkAStandbyStoppedIsReportedAsFenced(t *testing.T) {
 	cases := map[string]struct {
-		cut        time.Duration
+		cut time.Duration
+		// shared: the replicas share a FenceRecord, and the standby's
+		// fence writes it.
+		shared     bool
 		wantReason string
 	}{
 		"past the leader's deadline": {cut: testFenceAfter + time.Second, wantReason: v1alpha1.ReasonAgentFenced},
 		"one read short of it":       {cut: testFenceAfter - 10*time.Second, wantReason: v1alpha1.ReasonAgentFenced},
 		"well short of it":           {cut: testFenceAfter / 2, wantReason: v1alpha1.ReasonRemoteMissing},
+		"well short of it, recorded by the standby (its evidence trailed: it had just started)": {
+			cut: testFenceAfter / 2, shared: true, wantReason: v1alpha1.ReasonAgentFenced},
+		"past the deadline, recorded": {cut: testFenceAfter + time.Second, shared: true, wantReason: v1alpha1.ReasonAgentFenced},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
 			d := running(ours(dispatch()).Attempt(1)).Obj()
 			hub := newHub(&hubRecorder{}, d)
 			clk := testingclock.NewFakeClock(t0)
 			be := newFakeBackend()
 			be.put(d, backends.Status{Phase: v1alpha1.DispatchRunning})
 			leader := newTestLease(hub, clk, be)
+			var record *FenceRecord
+			if tc.shared {
+				spoke := fake.NewClientBuilder().WithScheme(SpokeScheme()).Build()
+				record = &FenceRecord{Client: spoke, Namespace: "trainyard-agents", Name: FenceRecordName(testTarget)}
+				leader.Record = record
+			}
 			if err := leader.renew(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -388,16 +402,29 @@ func TestWorkAStandbyStoppedIsReportedAsFenced(t *testing.T) {
 				leader.markLapse()
 				leader.check()
 			}
-			// The standby's fence, which the leader does not see.
-			if err := be.Delete(context.Background(), backends.RemoteWork{Ref: fakeRef(d), DispatchNamespace: d.Namespace, DispatchName: d.Name, Attempt: 1}); err != nil {
+			// The standby's fence, which the leader does not see but in the
+			// record they share.
+			if tc.shared {
+				standby := newTestLease(hub, clk, be)
+				standby.Record = record
+				if err := standby.fence(ctx); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := be.Delete(ctx, backends.RemoteWork{Ref: fakeRef(d), DispatchNamespace: d.Namespace, DispatchName: d.Name, Attempt: 1}); err != nil {
 				t.Fatal(err)
 			}
-			if err := leader.renew(context.Background()); err != nil {
+			if err := leader.renew(ctx); err != nil {
 				t.Fatal(err)
 			}
 			got := reconcileWithLease(t, hub, be, clk, leader, d)
 			if got.Status.Reason != tc.wantReason {
 				t.Errorf("status = %s/%s, want reason %s", got.Status.Phase, got.Status.Reason, tc.wantReason)
+			}
+			if tc.shared {
+				// Reported, so forgotten by the record too.
+				if has, err := record.Has(ctx, fencedKey{d.Namespace, d.Name, 1}); err != nil || has {
+					t.Errorf("record after the report: has = %v, %v; want false", has, err)
+				}
 			}
 		})
 	}

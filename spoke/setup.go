@@ -66,6 +66,8 @@ type Options struct {
 	// Caches the agent reads besides its manager's (the spoke's), which
 	// /readyz waits for.
 	Caches []cache.Cache
+	// FenceRecord shares fence stops among the replicas (nil: none).
+	FenceRecord *FenceRecord
 }
 
 // wakeBuffer holds Dispatches to report after the lease came back.
@@ -162,7 +164,7 @@ func newLease(mgr ctrl.Manager, opts Options) *Lease {
 	reader := mgr.GetAPIReader()
 	l := &Lease{Hub: mgr.GetClient(), Reader: reader, Namespace: opts.Namespace, Target: opts.Target,
 		Duration: opts.LeaseDuration, RenewInterval: opts.LeaseRenewInterval, FenceAfter: opts.FenceAfter, Clock: opts.Clock,
-		Elected: mgr.Elected(), Recorder: mgr.GetEventRecorderFor("trainyard-agent"),
+		Elected: mgr.Elected(), Recorder: mgr.GetEventRecorderFor("trainyard-agent"), Record: opts.FenceRecord,
 		Policy: func(ctx context.Context) (v1alpha1.LeaseLossPolicy, error) {
 			// A Target being deleted or gone has its jobs requeued.
 			var t v1alpha1.Target

@@ -112,6 +112,9 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 	opts.HeartbeatKick = kick
 	opts.Target, opts.Namespace, opts.Backend = name, ns, backend
 	opts.RemoteEvents = append(opts.RemoteEvents, source.Channel(events, &handler.EnqueueRequestForObject{}))
+	if opts.FenceRecord, err = fenceRecordOf(o.LeaderElect, o.Election, name); err != nil {
+		return nil, err
+	}
 	return mgr, Setup(mgr, opts)
 }
 

@@ -9,6 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/trainyard-dev/trainyard/spoke"
 )
 
 // TestAgentKubernetes: a Kubernetes agent reads nodes, pods and JobSets
@@ -232,10 +234,21 @@ func checkElectionRBAC(t *testing.T, objs objects, subject []rbacv1.Subject) {
 	if !grants(role.Rules, "coordination.k8s.io", "leases", "get", "create", "update") {
 		t.Errorf("leader-election Role = %+v, want Lease writes", role.Rules)
 	}
+	record := spoke.FenceRecordName(flagValue(container(t, as[appsv1.Deployment](t, objs.one(t, "Deployment")), "agent"), "--target"))
 	for _, rule := range role.Rules {
-		if !slices.Contains(rule.Resources, "leases") && !slices.Contains(rule.Resources, "events") {
-			t.Errorf("leader-election Role grants %v", rule.Resources)
+		switch {
+		case slices.Contains(rule.Resources, "leases") || slices.Contains(rule.Resources, "events"):
+		case cmp.Equal(rule.Resources, []string{"configmaps"}) && len(rule.ResourceNames) == 0 && cmp.Equal(rule.Verbs, []string{"create"}):
+		case cmp.Equal(rule.Resources, []string{"configmaps"}) && cmp.Equal(rule.ResourceNames, []string{record}):
+			// The replicas' record of fence stops, and only it.
+		default:
+			t.Errorf("leader-election Role grants %v %v on %v", rule.Verbs, rule.Resources, rule.ResourceNames)
 		}
+	}
+	if !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+		return cmp.Equal(r.ResourceNames, []string{record}) && slices.Contains(r.Verbs, "get") && slices.Contains(r.Verbs, "patch")
+	}) {
+		t.Errorf("leader-election Role = %+v, want the fence record %s", role.Rules, record)
 	}
 	rb := as[rbacv1.RoleBinding](t, objs.one(t, "RoleBinding"))
 	if rb.RoleRef.Name != role.Name || rb.Namespace != role.Namespace || !cmp.Equal(subject, rb.Subjects) {
