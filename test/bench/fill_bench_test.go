@@ -124,21 +124,11 @@ func (f *fill) window() time.Duration { return f.last.Sub(f.start) }
 
 // mean is the running jobs averaged over the window, from Slurm's times.
 func (f *fill) mean() float64 {
-	var busy float64
+	spans := make([]span, 0, len(f.jobs))
 	for _, j := range f.jobs {
-		end := f.last
-		if !j.ended.IsZero() && j.ended.Before(end) {
-			end = j.ended
-		}
-		from := j.started
-		if from.Before(f.start) {
-			from = f.start
-		}
-		if end.After(from) {
-			busy += end.Sub(from).Seconds()
-		}
+		spans = append(spans, span{start: j.started, end: j.ended})
 	}
-	return busy / f.window().Seconds()
+	return meanRunning(spans, f.start, f.last)
 }
 
 // fillRound waits for an idle cluster, submits n jobs named prefix<i>
@@ -239,11 +229,7 @@ func (f *fill) p(q float64) string {
 			d = append(d, j.started.Sub(j.submitted).Seconds())
 		}
 	}
-	if len(d) == 0 {
-		return "-"
-	}
-	sort.Float64s(d)
-	return fmt.Sprintf("%.2f s", d[min(len(d)-1, int(q*float64(len(d))))])
+	return secondsQuantile(d, q)
 }
 
 // cells: what, jobs, seconds to the last start, jobs started/s, and the

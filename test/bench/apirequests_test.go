@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/rest"
+)
+
+// apiRequests counts a kube-apiserver's requests by verb and resource
+// ("PATCH workloads/status"), as its own apiserver_request_total says:
+// every client of that API server counts, the bench's creates included.
+type apiRequests map[string]float64
+
+// writeVerbs are the verbs that change state (and cost etcd a write).
+var writeVerbs = map[string]bool{"CREATE": true, "UPDATE": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
+
+// parseAPIRequests reads apiserver_request_total from a /metrics text
+// exposition. WATCH requests are left out: the API server counts a watch
+// when it ends, so a round's count says when watches were reopened, not
+// what the round cost.
+func parseAPIRequests(r io.Reader) (apiRequests, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
+	}
+	out := apiRequests{}
+	f := fams["apiserver_request_total"]
+	if f == nil {
+		return out, nil
+	}
+	for _, m := range f.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		verb := labels["verb"]
+		if verb == "WATCH" || verb == "WATCHLIST" || labels["resource"] == "" {
+			continue
+		}
+		key := verb + " " + labels["resource"]
+		if s := labels["subresource"]; s != "" {
+			key += "/" + s
+		}
+		out[key] += m.GetCounter().GetValue() + m.GetUntyped().GetValue()
+	}
+	return out, nil
+}
+
+// readAPIRequests scrapes the /metrics of the API server cfg points at.
+func readAPIRequests(ctx context.Context, cfg *rest.Config) (apiRequests, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(cfg.Host, "/")+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/metrics: %s", cfg.Host, resp.Status)
+	}
+	return parseAPIRequests(resp.Body)
+}
+
+// since is what was counted after earlier.
+func (a apiRequests) since(earlier apiRequests) apiRequests {
+	out := apiRequests{}
+	for k, v := range a {
+		if d := v - earlier[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// perJob formats writes and reads per job, each with its total and its
+// parts largest first, leaving out parts under 0.01 per job.
+func (a apiRequests) perJob(jobs int) string {
+	if jobs <= 0 {
+		return "-"
+	}
+	type part struct {
+		key string
+		v   float64
+	}
+	var writes, reads []part
+	var w, r float64
+	for k, v := range a {
+		v /= float64(jobs)
+		verb, _, _ := strings.Cut(k, " ")
+		if writeVerbs[verb] {
+			writes, w = append(writes, part{k, v}), w+v
+		} else {
+			reads, r = append(reads, part{k, v}), r+v
+		}
+	}
+	list := func(ps []part) string {
+		sort.Slice(ps, func(i, j int) bool {
+			if ps[i].v != ps[j].v {
+				return ps[i].v > ps[j].v
+			}
+			return ps[i].key < ps[j].key
+		})
+		var s []string
+		for _, p := range ps {
+			if p.v >= 0.005 {
+				s = append(s, fmt.Sprintf("%s %.2f", p.key, p.v))
+			}
+		}
+		return strings.Join(s, ", ")
+	}
+	return fmt.Sprintf("writes %.2f (%s); reads %.2f (%s)", w, list(writes), r, list(reads))
+}
+
+// writes is the write requests per job.
+func (a apiRequests) writes(jobs int) float64 {
+	var w float64
+	for k, v := range a {
+		if verb, _, _ := strings.Cut(k, " "); writeVerbs[verb] {
+			w += v
+		}
+	}
+	return w / float64(max(jobs, 1))
+}
+
+// apiMeter reads one API server's request counts before a round, so that
+// done can say what the round cost it.
+type apiMeter struct {
+	cfg    *rest.Config
+	before apiRequests
+	err    error
+}
+
+func startAPIMeter(cfg *rest.Config) *apiMeter {
+	m := &apiMeter{cfg: cfg}
+	m.before, m.err = readAPIRequests(context.Background(), cfg)
+	return m
+}
+
+// done is the requests since the start, or the error that kept it from
+// reading them.
+func (m *apiMeter) done() (apiRequests, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	now, err := readAPIRequests(context.Background(), m.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return now.since(m.before), nil
+}
