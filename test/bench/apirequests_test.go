@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 // every client of that API server counts, the bench's creates included.
 type apiRequests map[string]float64
 
+const requestsFamily = "apiserver_request_total"
+
 // writeVerbs are the verbs that change state (and cost etcd a write).
 var writeVerbs = map[string]bool{"CREATE": true, "UPDATE": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
 
@@ -26,13 +29,28 @@ var writeVerbs = map[string]bool{"CREATE": true, "UPDATE": true, "PATCH": true, 
 // when it ends, so a round's count says when watches were reopened, not
 // what the round cost.
 func parseAPIRequests(r io.Reader) (apiRequests, error) {
+	// Only the one family is parsed: the rest of an API server's
+	// exposition is large and none of the round's business.
+	var family strings.Builder
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		name := strings.TrimPrefix(strings.TrimPrefix(line, "# HELP "), "# TYPE ")
+		if strings.HasPrefix(name, requestsFamily+" ") || strings.HasPrefix(name, requestsFamily+"{") {
+			family.WriteString(line + "\n")
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(family.String()))
 	if err != nil {
 		return nil, err
 	}
 	out := apiRequests{}
-	f := fams["apiserver_request_total"]
+	f := fams[requestsFamily]
 	if f == nil {
 		return out, nil
 	}

@@ -86,6 +86,8 @@ func TestParseAPIRequests(t *testing.T) {
 		{name: "no family", text: "# TYPE other counter\nother 1\n", want: apiRequests{}},
 		{name: "by verb and resource, codes summed, watches and non-resource paths left out", text: apiMetricsText,
 			want: apiRequests{"POST workloads": 0, "CREATE workloads": 12, "PATCH workloads/status": 30, "LIST workloads": 4}},
+		{name: "other families, even malformed ones, are not parsed", text: "unparsable_family{x=\"1\" garbage\n" + apiMetricsText,
+			want: apiRequests{"POST workloads": 0, "CREATE workloads": 12, "PATCH workloads/status": 30, "LIST workloads": 4}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
