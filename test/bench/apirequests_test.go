@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"testing"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -21,8 +22,13 @@ type apiRequests map[string]float64
 
 const requestsFamily = "apiserver_request_total"
 
-// writeVerbs are the verbs that change state (and cost etcd a write).
-var writeVerbs = map[string]bool{"CREATE": true, "UPDATE": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
+// writeVerbs are the verbs (as the metric spells them: HTTP methods, and
+// APPLY for server-side apply) that change state and cost etcd a write,
+// unless the request was a dry run.
+var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
+
+// dryRun ends the key of dry-run requests: they write nothing.
+const dryRun = " (dry run)"
 
 // parseAPIRequests reads apiserver_request_total from a /metrics text
 // exposition. WATCH requests are left out: the API server counts a watch
@@ -67,6 +73,9 @@ func parseAPIRequests(r io.Reader) (apiRequests, error) {
 		if s := labels["subresource"]; s != "" {
 			key += "/" + s
 		}
+		if labels["dry_run"] != "" {
+			key += dryRun
+		}
 		out[key] += m.GetCounter().GetValue() + m.GetUntyped().GetValue()
 	}
 	return out, nil
@@ -105,8 +114,9 @@ func (a apiRequests) since(earlier apiRequests) apiRequests {
 	return out
 }
 
-// perJob formats writes and reads per job, each with its total and its
-// parts largest first, leaving out parts under 0.01 per job.
+// perJob formats writes and the other requests (reads and dry runs) per
+// job, each with its total and its parts largest first, leaving out parts
+// under 0.005 per job.
 func (a apiRequests) perJob(jobs int) string {
 	if jobs <= 0 {
 		return "-"
@@ -119,8 +129,7 @@ func (a apiRequests) perJob(jobs int) string {
 	var w, r float64
 	for k, v := range a {
 		v /= float64(jobs)
-		verb, _, _ := strings.Cut(k, " ")
-		if writeVerbs[verb] {
+		if isWrite(k) {
 			writes, w = append(writes, part{k, v}), w+v
 		} else {
 			reads, r = append(reads, part{k, v}), r+v
@@ -141,18 +150,24 @@ func (a apiRequests) perJob(jobs int) string {
 		}
 		return strings.Join(s, ", ")
 	}
-	return fmt.Sprintf("writes %.2f (%s); reads %.2f (%s)", w, list(writes), r, list(reads))
+	return fmt.Sprintf("writes %.2f (%s); reads and dry runs %.2f (%s)", w, list(writes), r, list(reads))
 }
 
 // writes is the write requests per job.
 func (a apiRequests) writes(jobs int) float64 {
 	var w float64
 	for k, v := range a {
-		if verb, _, _ := strings.Cut(k, " "); writeVerbs[verb] {
+		if isWrite(k) {
 			w += v
 		}
 	}
 	return w / float64(max(jobs, 1))
+}
+
+// isWrite tells whether the requests counted under key wrote to etcd.
+func isWrite(key string) bool {
+	verb, _, _ := strings.Cut(key, " ")
+	return writeVerbs[verb] && !strings.HasSuffix(key, dryRun)
 }
 
 // apiMeter reads one API server's request counts before a round, so that
@@ -180,4 +195,13 @@ func (m *apiMeter) done() (apiRequests, error) {
 		return nil, err
 	}
 	return now.since(m.before), nil
+}
+
+// hubRequests is what api counted, failing the bench when it could not.
+func hubRequests(b *testing.B, api *apiMeter) apiRequests {
+	reqs, err := api.done()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return reqs
 }

@@ -63,9 +63,9 @@ func TestQuantile(t *testing.T) {
 
 const apiMetricsText = `# HELP apiserver_request_total [STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.
 # TYPE apiserver_request_total counter
-apiserver_request_total{code="201",component="apiserver",dry_run="",group="kueue.x-k8s.io",resource="workloads",scope="resource",subresource="",verb="POST",version="v1beta2"} 0
-apiserver_request_total{code="201",component="apiserver",dry_run="",group="kueue.x-k8s.io",resource="workloads",scope="resource",subresource="",verb="CREATE",version="v1beta2"} 10
-apiserver_request_total{code="409",component="apiserver",dry_run="",group="kueue.x-k8s.io",resource="workloads",scope="resource",subresource="",verb="CREATE",version="v1beta2"} 2
+apiserver_request_total{code="201",component="apiserver",dry_run="All",group="kueue.x-k8s.io",resource="workloads",scope="resource",subresource="",verb="POST",version="v1beta2"} 3
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="kueue.x-k8s.io",resource="workloads",scope="resource",subresource="",verb="POST",version="v1beta2"} 10
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="kueue.x-k8s.io",resource="workloads",scope="resource",subresource="",verb="POST",version="v1beta2"} 2
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="kueue.x-k8s.io",resource="workloads",scope="resource",subresource="status",verb="PATCH",version="v1beta2"} 30
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="kueue.x-k8s.io",resource="workloads",scope="cluster",subresource="",verb="LIST",version="v1beta2"} 4
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="kueue.x-k8s.io",resource="workloads",scope="cluster",subresource="",verb="WATCH",version="v1beta2"} 7
@@ -85,9 +85,9 @@ func TestParseAPIRequests(t *testing.T) {
 	}{
 		{name: "no family", text: "# TYPE other counter\nother 1\n", want: apiRequests{}},
 		{name: "by verb and resource, codes summed, watches and non-resource paths left out", text: apiMetricsText,
-			want: apiRequests{"POST workloads": 0, "CREATE workloads": 12, "PATCH workloads/status": 30, "LIST workloads": 4}},
+			want: apiRequests{"POST workloads (dry run)": 3, "POST workloads": 12, "PATCH workloads/status": 30, "LIST workloads": 4}},
 		{name: "other families, even malformed ones, are not parsed", text: "unparsable_family{x=\"1\" garbage\n" + apiMetricsText,
-			want: apiRequests{"POST workloads": 0, "CREATE workloads": 12, "PATCH workloads/status": 30, "LIST workloads": 4}},
+			want: apiRequests{"POST workloads (dry run)": 3, "POST workloads": 12, "PATCH workloads/status": 30, "LIST workloads": 4}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,13 +112,14 @@ func TestAPIRequestsPerJob(t *testing.T) {
 	}{
 		{name: "no jobs", after: apiRequests{"CREATE trainjobs": 1}, want: "-"},
 		{name: "nothing happened", before: apiRequests{"GET pods": 5}, after: apiRequests{"GET pods": 5}, jobs: 2,
-			want: "writes 0.00 (); reads 0.00 ()"},
-		{name: "difference over jobs, largest first, tiny parts left out",
-			before: apiRequests{"CREATE workloads": 10, "PATCH workloads/status": 5, "GET targets": 1},
-			after: apiRequests{"CREATE workloads": 110, "PATCH workloads/status": 305, "CREATE trainjobs": 100,
-				"GET targets": 101, "LIST dispatches": 50, "DELETE events": 0.4},
-			jobs:       100,
-			want:       "writes 5.00 (PATCH workloads/status 3.00, CREATE trainjobs 1.00, CREATE workloads 1.00); reads 1.50 (GET targets 1.00, LIST dispatches 0.50)",
+			want: "writes 0.00 (); reads and dry runs 0.00 ()"},
+		{name: "difference over jobs, largest first, tiny parts left out, dry runs apart from writes",
+			before: apiRequests{"POST workloads": 10, "PATCH workloads/status": 5, "GET targets": 1},
+			after: apiRequests{"POST workloads": 110, "PATCH workloads/status": 305, "POST trainjobs": 100,
+				"POST workloads (dry run)": 100, "GET targets": 101, "LIST dispatches": 50, "DELETE events": 0.4},
+			jobs: 100,
+			want: "writes 5.00 (PATCH workloads/status 3.00, POST trainjobs 1.00, POST workloads 1.00); " +
+				"reads and dry runs 2.50 (GET targets 1.00, POST workloads (dry run) 1.00, LIST dispatches 0.50)",
 			wantWrites: 5.004,
 		},
 	}
