@@ -49,7 +49,7 @@ func trainyardWideRound(b *testing.B, n int) (result, []string) {
 	for _, s := range fleet.Spokes {
 		a.watch(ctx, b, s, func(js *jobset.JobSet) string { return js.Labels[v1alpha1.LabelTrainJobUID] })
 	}
-	before, cpu := readHubCost(), newCPUMeter(fleet)
+	before, cpu, api := readHubCost(), newCPUMeter(fleet), startAPIMeter(fleet.Hub.Config)
 	parallel(b, n, func(i int) error {
 		tj := tytesting.MakeTrainJob(fmt.Sprintf("ty-%d", i), sideBySideNS).Queue("lq").
 			RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(1).Obj()
@@ -58,6 +58,7 @@ func trainyardWideRound(b *testing.B, n int) (result, []string) {
 	a.waitArrived(b, "trainyard", n, sideBySideTimeout, append([]*kube.Cluster{fleet.Hub}, fleet.Spokes...)...)
 	r := a.result()
 	r.cpu = cpu.cell(n)
+	r.hubAPI = hubRequests(b, api)
 	return r, before.cells()
 }
 
