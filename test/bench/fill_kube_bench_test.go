@@ -88,13 +88,18 @@ func BenchmarkFillKubernetes(b *testing.B) {
 
 		waitSpokeIdle(b, spoke)
 		waitFreeGPUs(b, fleet.Hub, 1, int64(slots))
+		// When the last job passed each step on the hub says which paced it.
+		st := newStages()
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		st.watch(watchCtx, b, fleet)
 		api, cpu, before := startAPIMeter(fleet.Hub.Config), newCPUMeter(fleet, trainyardProcs...), rec.last().cost
 		ty := kubeFillRound(b, clock, slots, n, func(j int, r createRecorder) error {
 			tj := tytesting.MakeTrainJob(fmt.Sprintf("fty-%d-%d", i, j), sideBySideNS).Queue("lq").
 				RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(1).Obj()
 			return createTimed(ctx, fleet.Hub.Client, tj, r)
 		})
-		after := rec.last().cost
+		after, lasts := rec.last().cost, st.lasts()
+		stopWatch()
 		waitQueueDrained(b, fleet.Hub)
 		costs, reqs := cpu.cell(n), hubRequests(b, api)
 
@@ -106,7 +111,7 @@ func BenchmarkFillKubernetes(b *testing.B) {
 		row(append(raw.cells(what+": raw JobSets on the spoke"), "", "", "", raw.p(0.5), raw.p(0.95),
 			raw.notes()+"; CPU s/job: "+rawCosts)...)
 		row(append(append(ty.cells(what+": TrainJobs", raw), costCells(before, after)...), "", ty.p(0.5), ty.p(0.95),
-			ty.notes())...)
+			ty.notes()+"; "+lasts)...)
 		costRow("Cost per job: Kubernetes fill, TrainJobs (trainyard as processes)", n, reqs, costs)
 	}
 }
