@@ -92,5 +92,5 @@ test: fmt vet unit integration ## Everything CI runs: format, vet, unit and inte
 BENCH ?= .
 
 .PHONY: bench
-bench: tools ## One table: 200 TrainJobs vs 200 raw jobs on Kubernetes spokes and on Slurm (ratios); Slurm fill under a backlog of 10 s jobs against raw submissions (BENCH=Fill prints `fill: slurm <ratio>`); hub p99s with 2,000 finished Dispatches cached; 1,000 jobs side by side with Kueue's MultiKueue (1 hub + 3 spokes); 10,000 waiting TrainJobs with the hub as a process (RSS, fan-out, decisions/s). BENCH=regexp picks benches.
+bench: tools ## One table: 200 TrainJobs vs 200 raw jobs on Kubernetes spokes and on Slurm (ratios); fill under a backlog of 10 s jobs against raw submissions on Slurm and on a 16-GPU kwok spoke (BENCH=Fill prints `fill: slurm <ratio>` and `fill: kubernetes <ratio>`, start latency p50/p95 per backend, and cost rows: hub API requests per job by verb and resource from the hub API server's /metrics, CPU s/job of trainyard and of the hub control plane); hub p99s with 2,000 finished Dispatches cached; 1,000 jobs side by side with Kueue's MultiKueue (1 hub + 3 spokes, with hub API requests per job for both); 10,000 waiting TrainJobs with the hub as a process (RSS, fan-out, decisions/s). BENCH=regexp picks benches.
 	nice go test -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 150m ./test/bench/

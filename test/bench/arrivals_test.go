@@ -105,6 +105,8 @@ type result struct {
 	retries  int
 	// cpu is the CPU time per job of the fleet's parts (cpuMeter.cell).
 	cpu string
+	// hubAPI is the hub API server's requests over the round.
+	hubAPI apiRequests
 }
 
 func (a *arrivals) result() result {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/test/harness/procs"
 )
 
 // The groups a round's CPU time is read for. On this machine they share two
@@ -18,6 +19,10 @@ const (
 	groupHub       = "hub control plane"   // the hub's kube-apiserver, etcd and Kueue
 	groupTrainyard = "trainyard and bench" // this process: trainyard's hub and agents, the bench's clients and watches
 	groupSpokes    = "spokes"              // the spokes' control planes, JobSet controllers and kwok
+	// When trainyard runs as processes of its own, they are one group and
+	// this process, the bench's clients and watches, another.
+	groupTrainyardProcs = "trainyard"
+	groupBench          = "bench"
 )
 
 // clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100
@@ -31,9 +36,17 @@ type cpuMeter struct {
 	t0    time.Time
 }
 
-// newCPUMeter finds the processes of the fleet and reads their CPU time now.
-func newCPUMeter(fleet *kube.Fleet) *cpuMeter {
+// newCPUMeter finds the processes of the fleet and reads their CPU time
+// now; trainyard's hub and agents are in this process unless given as
+// processes of their own.
+func newCPUMeter(fleet *kube.Fleet, trainyard ...*procs.Process) *cpuMeter {
 	m := &cpuMeter{pids: map[string][]int{groupTrainyard: {os.Getpid()}}}
+	if len(trainyard) > 0 {
+		m.pids = map[string][]int{groupBench: {os.Getpid()}}
+		for _, p := range trainyard {
+			m.pids[groupTrainyardProcs] = append(m.pids[groupTrainyardProcs], p.Pid())
+		}
+	}
 	m.pids[groupHub] = clusterPids(fleet.Hub)
 	for _, s := range fleet.Spokes {
 		m.pids[groupSpokes] = append(m.pids[groupSpokes], clusterPids(s)...)
@@ -58,7 +71,7 @@ func (m *cpuMeter) cell(jobs int) string {
 	now, wall := m.read(), time.Since(m.t0).Seconds()
 	var parts []string
 	total := 0.0
-	for _, g := range []string{groupHub, groupTrainyard, groupSpokes} {
+	for _, g := range []string{groupHub, groupTrainyard, groupTrainyardProcs, groupBench, groupSpokes} {
 		used := now[g] - m.start[g]
 		total += used
 		if used > 0 {

@@ -222,6 +222,14 @@ func rawJobSets(b *testing.B, fleet *kube.Fleet, spoke *kube.Cluster, n, round i
 		return ready, nil
 	}, n)
 	d, cpuCell := time.Since(t0), cpu.cell(n)
+	deleteJobSets(b, spoke, ns)
+	return d, cpuCell
+}
+
+// deleteJobSets deletes the JobSets of namespace ns on spoke and waits
+// until their pods are gone.
+func deleteJobSets(b *testing.B, spoke *kube.Cluster, ns string) {
+	ctx, c := context.Background(), spoke.Client
 	if err := c.DeleteAllOf(ctx, &jobset.JobSet{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
 		b.Fatal(err)
 	}
@@ -230,7 +238,6 @@ func rawJobSets(b *testing.B, fleet *kube.Fleet, spoke *kube.Cluster, n, round i
 		err := c.List(ctx, &pods, client.InNamespace(ns))
 		return -len(pods.Items), err
 	}, 0)
-	return d, cpuCell
 }
 
 func rawJobSet(ns, name string) *jobset.JobSet {

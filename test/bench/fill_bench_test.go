@@ -75,19 +75,24 @@ func BenchmarkFill(b *testing.B) {
 		watchCtx, stop := context.WithCancel(ctx)
 		st.watch(watchCtx, b, fleet)
 		before, load := readHubCost(), startAgentLoad(metrics.SystemSlurmrestd)
+		api, cpu := startAPIMeter(fleet.Hub.Config), newCPUMeter(fleet)
 		ty := fillRound(b, c, slots, n, fmt.Sprintf("fty-%d-", i), load, func(name string) error {
 			return createTrainJob(ctx, fleet.Hub.Client, tytesting.MakeTrainJob(name, "bench").Queue("lq").
 				RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(1).Command(argv).Obj())
 		})
-		hubCells := before.cells()
+		hubCells, loadCell := before.cells(), load.cell()
+		waitQueueDrained(b, fleet.Hub)
+		costs, reqs := cpu.cell(n), hubRequests(b, api)
 		stop()
 		ratio := ty.mean() / raw.mean()
 		fmt.Printf("fill: slurm %.2f\n", ratio)
 		b.ReportMetric(ratio, "fill-slurm")
 		what := fmt.Sprintf("Slurm fill, %d jobs of %d s on %d slots", n, run, slots)
 		row(append(raw.cells(what+": raw slurmrestd submissions"), "", "", "", raw.p(0.5), raw.p(0.95), raw.notes())...)
-		row(append(append(ty.cells(what+": TrainJobs", raw), hubCells...), load.cell(), ty.p(0.5), ty.p(0.95),
+		row(append(append(ty.cells(what+": TrainJobs", raw), hubCells...), loadCell, ty.p(0.5), ty.p(0.95),
 			ty.notes()+"; "+pipeline(b, fleet, st, ty))...)
+		b.ReportMetric(reqs.writes(n), "hub-writes/job")
+		costRow("Cost per job: Slurm fill, TrainJobs (trainyard in the bench's process)", n, reqs, costs)
 	}
 }
 
@@ -124,21 +129,11 @@ func (f *fill) window() time.Duration { return f.last.Sub(f.start) }
 
 // mean is the running jobs averaged over the window, from Slurm's times.
 func (f *fill) mean() float64 {
-	var busy float64
+	spans := make([]span, 0, len(f.jobs))
 	for _, j := range f.jobs {
-		end := f.last
-		if !j.ended.IsZero() && j.ended.Before(end) {
-			end = j.ended
-		}
-		from := j.started
-		if from.Before(f.start) {
-			from = f.start
-		}
-		if end.After(from) {
-			busy += end.Sub(from).Seconds()
-		}
+		spans = append(spans, span{start: j.started, end: j.ended})
 	}
-	return busy / f.window().Seconds()
+	return meanRunning(spans, f.start, f.last)
 }
 
 // fillRound waits for an idle cluster, submits n jobs named prefix<i>
@@ -239,21 +234,27 @@ func (f *fill) p(q float64) string {
 			d = append(d, j.started.Sub(j.submitted).Seconds())
 		}
 	}
-	if len(d) == 0 {
-		return "-"
-	}
-	sort.Float64s(d)
-	return fmt.Sprintf("%.2f s", d[min(len(d)-1, int(q*float64(len(d))))])
+	return secondsQuantile(d, q)
 }
 
 // cells: what, jobs, seconds to the last start, jobs started/s, and the
 // fill ratio to raw (the mean running over raw's).
 func (f *fill) cells(what string, raw ...*fill) []string {
-	ratio := ""
-	if len(raw) > 0 {
-		ratio = fmt.Sprintf("fill %.2f", f.mean()/raw[0].mean())
+	var rawMean []float64
+	for _, r := range raw {
+		rawMean = append(rawMean, r.mean())
 	}
-	n, w := len(f.jobs), f.window().Seconds()
+	return fillCells(what, len(f.jobs), f.window(), f.mean(), rawMean...)
+}
+
+// fillCells are a fill round's first cells: what, jobs, seconds to the
+// last start, jobs started/s, and, given raw's mean, the fill ratio.
+func fillCells(what string, n int, window time.Duration, mean float64, rawMean ...float64) []string {
+	ratio := ""
+	if len(rawMean) > 0 {
+		ratio = fmt.Sprintf("fill %.2f", mean/rawMean[0])
+	}
+	w := window.Seconds()
 	return []string{what, strconv.Itoa(n), fmt.Sprintf("%.1f", w), fmt.Sprintf("%.1f", float64(n)/w), ratio}
 }
 

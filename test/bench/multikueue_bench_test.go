@@ -51,6 +51,11 @@ func BenchmarkSideBySideMultiKueue(b *testing.B) {
 		b.ReportMetric(float64(ty.n)/ty.took.Seconds(), "trainyard-jobs/s")
 		row(sideBySideCells("Side by side: MultiKueue (Kueue v0.19), JobSets to 3 workers", mk, nil, nil)...)
 		row(sideBySideCells("Side by side: trainyard, TrainJobs to 3 spokes", ty, &mk, cost)...)
+		b.ReportMetric(mk.hubAPI.writes(mk.n), "multikueue-hub-writes/job")
+		b.ReportMetric(ty.hubAPI.writes(ty.n), "trainyard-hub-writes/job")
+		// Both count from the first create to the last remote JobSet.
+		costRow("Cost per job: side by side, MultiKueue (to remote JobSet)", mk.n, mk.hubAPI, mk.cpu)
+		costRow("Cost per job: side by side, trainyard (to remote JobSet)", ty.n, ty.hubAPI, ty.cpu)
 	}
 }
 
@@ -124,7 +129,7 @@ func multiKueueRound(b *testing.B, n int) result {
 	for _, w := range fleet.Spokes {
 		a.watch(ctx, b, w, func(js *jobset.JobSet) string { return js.Namespace + "/" + js.Name })
 	}
-	c, cpu := fleet.Hub.Client, newCPUMeter(fleet)
+	c, cpu, api := fleet.Hub.Client, newCPUMeter(fleet), startAPIMeter(fleet.Hub.Config)
 	parallel(b, n, func(i int) error {
 		js := rawJobSet(sideBySideNS, fmt.Sprintf("mk-%d", i))
 		js.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "lq"}
@@ -139,6 +144,7 @@ func multiKueueRound(b *testing.B, n int) result {
 	a.waitArrived(b, "MultiKueue", n, sideBySideTimeout, append([]*kube.Cluster{fleet.Hub}, fleet.Spokes...)...)
 	r := a.result()
 	r.cpu = cpu.cell(n)
+	r.hubAPI = hubRequests(b, api)
 	return r
 }
 

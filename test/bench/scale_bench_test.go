@@ -48,17 +48,7 @@ func scaleRound(b *testing.B, nodes, queued int, drain time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	began := time.Now()
-	dir := artifacts("scale")
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "trainyard-scale-"); err != nil {
-			b.Fatal(err)
-		}
-	}
-	bins, err := procs.Build(ctx, filepath.Join(dir, "bin"), "./cmd/trainyard-hub", "./cmd/trainyard-agent")
-	if err != nil {
-		b.Fatal(err)
-	}
+	dir, bins := buildControllers(ctx, b, "scale")
 	var spokes []kube.Options
 	for i := 1; i <= sideBySideSpokes; i++ {
 		name := fmt.Sprintf("spoke%d", i)
@@ -106,12 +96,42 @@ func scaleRound(b *testing.B, nodes, queued int, drain time.Duration) {
 		took: time.Since(began)})
 }
 
+// buildControllers builds trainyard-hub and trainyard-agent from cmd/
+// into a folder for one round's logs and binaries (under
+// TRAINYARD_ARTIFACTS as name, else a temporary one), and returns it with
+// the binaries by name.
+func buildControllers(ctx context.Context, b *testing.B, name string) (string, map[string]string) {
+	dir := artifacts(name)
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "trainyard-"+name+"-"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bins, err := procs.Build(ctx, filepath.Join(dir, "bin"), "./cmd/trainyard-hub", "./cmd/trainyard-agent")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return dir, bins
+}
+
 // startScaleControllers sets up the queue, runtime and nodes, registers the
 // spokes, and runs the hub and one agent per spoke as processes built from
 // cmd/, waiting until every Target reports its GPUs free. stop ends them.
 func startScaleControllers(ctx context.Context, b *testing.B, fleet *kube.Fleet, nodes int, bins map[string]string,
 	dir string) (hp *hubProcess, stop func()) {
-	prepareFleet(ctx, b, fleet, nodes)
+	prepareFleet(ctx, b, fleet, nodes, tytesting.MakeClusterTrainingRuntime("bench").Obj())
+	hp, _, stop = startControllerProcs(ctx, b, fleet, bins, dir)
+	waitFreeGPUs(b, fleet.Hub, len(fleet.Spokes), int64(nodes*gpusPerNode))
+	return hp, stop
+}
+
+// startControllerProcs registers the fleet's spokes and runs the hub and
+// one agent per spoke as processes of bins (trainyard-hub and
+// trainyard-agent, procs.Build), logging to dir. It returns the hub, every
+// process it started, and stop, which ends them.
+func startControllerProcs(ctx context.Context, b *testing.B, fleet *kube.Fleet, bins map[string]string,
+	dir string) (hp *hubProcess, all []*procs.Process, stop func()) {
 	reg, err := trainyard.Register(ctx, fleet, trainyard.Options{Flavor: "gpu"})
 	if err != nil {
 		b.Fatal(err)
@@ -132,7 +152,7 @@ func startScaleControllers(ctx context.Context, b *testing.B, fleet *kube.Fleet,
 			"--pprof-bind-address="+pprofAddr,
 			"--health-probe-bind-address=0", "--webhook-host="+h.WebhookHost, "--webhook-port="+strconv.Itoa(h.WebhookPort),
 			"--webhook-cert-dir="+h.WebhookCertDir)}
-	all := []*procs.Process{hp.Process}
+	all = []*procs.Process{hp.Process}
 	for _, s := range fleet.Spokes {
 		if err := procs.WriteKubeconfig(kc("agent-"+s.Name), reg.AgentConfigs[s.Name]); err != nil {
 			b.Fatal(err)
@@ -152,6 +172,5 @@ func startScaleControllers(ctx context.Context, b *testing.B, fleet *kube.Fleet,
 			b.Fatal(err)
 		}
 	}
-	waitFreeGPUs(b, fleet.Hub, len(fleet.Spokes), int64(nodes*gpusPerNode))
-	return hp, stop
+	return hp, all, stop
 }

@@ -128,6 +128,19 @@ func waitQuotaReserved(b *testing.B, hub *kube.Cluster, n int) {
 	}, n)
 }
 
+// waitQueueDrained waits until the bench's ClusterQueue holds no quota,
+// so every job of a round finished on the hub too: the cost of a round
+// read after it covers each job's whole life.
+func waitQueueDrained(b *testing.B, hub *kube.Cluster) {
+	waitFor(b, "Kueue releasing every job's quota", func() (int, error) {
+		var cq kueue.ClusterQueue
+		if err := hub.Client.Get(context.Background(), client.ObjectKey{Name: "cq"}, &cq); err != nil {
+			return 0, err
+		}
+		return -int(cq.Status.ReservingWorkloads + cq.Status.AdmittedWorkloads), nil
+	}, 0)
+}
+
 // quietWindow is a stretch with jobs waiting and nothing else happening
 // on the hub but the agents' Target status writes.
 type quietWindow struct {

@@ -49,7 +49,7 @@ func trainyardWideRound(b *testing.B, n int) (result, []string) {
 	for _, s := range fleet.Spokes {
 		a.watch(ctx, b, s, func(js *jobset.JobSet) string { return js.Labels[v1alpha1.LabelTrainJobUID] })
 	}
-	before, cpu := readHubCost(), newCPUMeter(fleet)
+	before, cpu, api := readHubCost(), newCPUMeter(fleet), startAPIMeter(fleet.Hub.Config)
 	parallel(b, n, func(i int) error {
 		tj := tytesting.MakeTrainJob(fmt.Sprintf("ty-%d", i), sideBySideNS).Queue("lq").
 			RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(1).Obj()
@@ -58,6 +58,7 @@ func trainyardWideRound(b *testing.B, n int) (result, []string) {
 	a.waitArrived(b, "trainyard", n, sideBySideTimeout, append([]*kube.Cluster{fleet.Hub}, fleet.Spokes...)...)
 	r := a.result()
 	r.cpu = cpu.cell(n)
+	r.hubAPI = hubRequests(b, api)
 	return r, before.cells()
 }
 
@@ -65,7 +66,7 @@ func trainyardWideRound(b *testing.B, n int) (result, []string) {
 // queue (room for every job) and runtime, starts trainyard's hub and
 // agents with o, and waits until every Target reports its GPUs free.
 func startTrainyard(ctx context.Context, b *testing.B, fleet *kube.Fleet, nodes int, o trainyard.Options) *trainyard.Controllers {
-	prepareFleet(ctx, b, fleet, nodes)
+	prepareFleet(ctx, b, fleet, nodes, tytesting.MakeClusterTrainingRuntime("bench").Obj())
 	o.Flavor = "gpu"
 	controllers, err := trainyard.Start(ctx, fleet, o)
 	if err != nil {
@@ -76,8 +77,8 @@ func startTrainyard(ctx context.Context, b *testing.B, fleet *kube.Fleet, nodes 
 }
 
 // prepareFleet gives each spoke nodes 8-GPU kwok nodes and the hub the
-// bench's queue, with quota for every job, and its runtime "bench".
-func prepareFleet(ctx context.Context, b *testing.B, fleet *kube.Fleet, nodes int) {
+// bench's queue, with quota for every job, and the runtime rt.
+func prepareFleet(ctx context.Context, b *testing.B, fleet *kube.Fleet, nodes int, rt *trainer.ClusterTrainingRuntime) {
 	for _, s := range fleet.Spokes {
 		var specs []kube.NodeSpec
 		for i := 0; i < nodes; i++ {
@@ -92,7 +93,7 @@ func prepareFleet(ctx context.Context, b *testing.B, fleet *kube.Fleet, nodes in
 	}); err != nil {
 		b.Fatal(err)
 	}
-	if err := fleet.Hub.Client.Create(ctx, tytesting.MakeClusterTrainingRuntime("bench").Obj()); err != nil {
+	if err := fleet.Hub.Client.Create(ctx, rt); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -117,7 +118,7 @@ func waitFreeGPUs(b *testing.B, hub *kube.Cluster, targets int, free int64) {
 // createTimed creates tj as createTrainJob does and records, under its UID,
 // when the first try began: a try the pinning webhook asks to repeat, or
 // one it did not answer in time, counts in the job's latency.
-func createTimed(ctx context.Context, c client.Client, tj *trainer.TrainJob, a *arrivals) error {
+func createTimed(ctx context.Context, c client.Client, tj *trainer.TrainJob, a createRecorder) error {
 	var err error
 	t := time.Now()
 	for range 20 {

@@ -167,6 +167,16 @@ func (p *Process) signal(sig syscall.Signal, grace time.Duration) bool {
 	return true
 }
 
+// Pid is the process id of the running process, 0 when it is not running.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.runningLocked() {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Starts is how many times the process was started.
 func (p *Process) Starts() int {
 	p.mu.Lock()
