@@ -148,7 +148,7 @@ func (t *TrainJob) adopt(view *kueuetrainjob.TrainJob) {
 }
 
 // kueuePatchManager names the runtime patch Kueue owns.
-const kueuePatchManager = "kueue.x-k8s.io/manager"
+const kueuePatchManager = snapshot.KueuePatchManager
 
 // ensureKueuePatch adds Kueue's runtime patch, empty, if the job has none:
 // what Kueue's TrainJob webhook adds at creation.

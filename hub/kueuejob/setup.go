@@ -5,10 +5,12 @@ import (
 	"fmt"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
 	kueuetrainjob "sigs.k8s.io/kueue/pkg/controller/jobs/trainjob"
 
 	"github.com/trainyard-dev/trainyard/backends/jobset"
+	"github.com/trainyard-dev/trainyard/hub/snapshot"
 )
 
 // ExternalFramework is how Kueue's configuration names the TrainJob
@@ -37,7 +39,10 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts ...jobframewor
 	if err := kueuetrainjob.SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	r, err := jobframework.NewGenericReconcilerFactory(NewJob)(ctx, mgr.GetClient(), mgr.GetFieldIndexer(),
+	// Its writes carry a field manager of their own: the keep-pin webhook
+	// lets only its suspends of admitted jobs through (snapshot.KeepPin).
+	c := client.WithFieldOwner(mgr.GetClient(), snapshot.KueueFieldManager)
+	r, err := jobframework.NewGenericReconcilerFactory(NewJob)(ctx, c, mgr.GetFieldIndexer(),
 		mgr.GetEventRecorder("trainyard-kueue-trainjob"), opts...)
 	if err != nil {
 		return err

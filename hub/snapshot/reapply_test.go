@@ -22,13 +22,26 @@ func pinnedUpdateBase() *trainer.TrainJob {
 	return tj
 }
 
+// admitted is tj as Kueue's integration leaves it admitted: unsuspended,
+// with its runtime patch beside the user's.
+func admitted(tj *trainer.TrainJob) *trainer.TrainJob {
+	tj.Spec.Suspend = ptr.To(false)
+	tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "user"}, {Manager: KueuePatchManager,
+		TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{Template: &trainer.JobSetTemplatePatch{Spec: &trainer.JobSetSpecPatch{}}}}}
+	return tj
+}
+
 // TestKeepPin: an update that drops the pin annotations (a server-side
-// apply by the manager that created the job) gets them back; any other
-// change is left for the API server and the policy to judge.
+// apply by the manager that created the job) or Kueue's runtime patch (a
+// manifest listing runtimePatches), or that suspends an admitted job (a
+// manifest saying suspend: true), keeps them as they were; the hub's Kueue
+// integration still suspends; any other change is left for the API server
+// and the policy to judge.
 func TestKeepPin(t *testing.T) {
 	cases := map[string]struct {
 		old         *trainer.TrainJob
 		update      func(*trainer.TrainJob)
+		manager     string
 		wantChanged bool
 		// want is the update after KeepPin; nil: old.
 		want func(*trainer.TrainJob)
@@ -53,10 +66,29 @@ func TestKeepPin(t *testing.T) {
 			wantChanged: true,
 		},
 		"unchanged": {old: pinnedUpdateBase(), update: func(*trainer.TrainJob) {}},
-		"Kueue suspending the job": {
-			old:    pinnedUpdateBase(),
-			update: func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) },
-			want:   func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) },
+		"Kueue's runtime patch dropped by a manifest's runtimePatches": {
+			old:         admitted(pinnedUpdateBase()),
+			update:      func(tj *trainer.TrainJob) { tj.Spec.RuntimePatches = tj.Spec.RuntimePatches[:1] },
+			manager:     "kubectl-client-side-apply",
+			wantChanged: true,
+		},
+		"a re-apply saying suspend: true, of an admitted job": {
+			old:         admitted(pinnedUpdateBase()),
+			update:      func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) },
+			manager:     "kubectl",
+			wantChanged: true,
+		},
+		"the hub's Kueue integration suspending the job it admitted": {
+			old:     admitted(pinnedUpdateBase()),
+			update:  func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) },
+			manager: KueueFieldManager,
+			want:    func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) },
+		},
+		"the hub's Kueue integration unsuspending": {
+			old:     pinnedUpdateBase(),
+			update:  func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) },
+			manager: KueueFieldManager,
+			want:    func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) },
 		},
 		"another runtime stays, to be refused as immutable": {
 			old:    pinnedUpdateBase(),
@@ -78,7 +110,7 @@ func TestKeepPin(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tj := tc.old.DeepCopy()
 			tc.update(tj)
-			if got := KeepPin(tc.old, tj); got != tc.wantChanged {
+			if got := KeepPin(tc.old, tj, tc.manager); got != tc.wantChanged {
 				t.Errorf("KeepPin = %v, want %v", got, tc.wantChanged)
 			}
 			want := tc.old.DeepCopy()

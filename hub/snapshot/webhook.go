@@ -130,10 +130,9 @@ func (w *PinWebhook) pin(ctx context.Context, tj *trainer.TrainJob) (admission.R
 //     reinvocation would see the pin annotations it set itself, which it
 //     cannot tell from ones a tenant wrote;
 //   - the keep-pin webhook on UPDATE (see KeepPin) is asked only when an
-//     update of a pinned job drops a pin annotation, and fails open: with
-//     the hub down such an update is refused by the pinned-runtime policy,
-//     nothing worse, and Kueue's own updates of TrainJobs never wait for
-//     the hub.
+//     update of a pinned job touches what it keeps, and fails open: with
+//     the hub down a re-apply may be refused by the pinned-runtime policy
+//     or suspend an admitted job, nothing worse.
 func WebhookConfiguration(base string, caBundle []byte) *admissionregv1.MutatingWebhookConfiguration {
 	pin, keep := base+WebhookPath, base+KeepPinWebhookPath
 	rule := func(op admissionregv1.OperationType) []admissionregv1.RuleWithOperations {
@@ -174,7 +173,11 @@ func WebhookConfiguration(base string, caBundle []byte) *admissionregv1.Mutating
 }
 
 // celTouchesPin: the old TrainJob is pinned and the update drops a pin
-// annotation, which is all KeepPin ever restores.
+// annotation or Kueue's runtime patch, or suspends the job: all KeepPin
+// ever restores.
 const celTouchesPin = `has(oldObject.metadata.annotations) && 'trainyard.dev/runtime-hash' in oldObject.metadata.annotations && ` +
 	`(!has(object.metadata.annotations) || ` +
-	`!('trainyard.dev/runtime-hash' in object.metadata.annotations) || !('trainyard.dev/runtime-source' in object.metadata.annotations))`
+	`!('trainyard.dev/runtime-hash' in object.metadata.annotations) || !('trainyard.dev/runtime-source' in object.metadata.annotations) || ` +
+	`(has(oldObject.spec.runtimePatches) && oldObject.spec.runtimePatches.exists(p, p.manager == 'kueue.x-k8s.io/manager') && ` +
+	`!(has(object.spec.runtimePatches) && object.spec.runtimePatches.exists(p, p.manager == 'kueue.x-k8s.io/manager'))) || ` +
+	`((!has(oldObject.spec.suspend) || !oldObject.spec.suspend) && has(object.spec.suspend) && object.spec.suspend))`
