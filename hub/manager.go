@@ -99,7 +99,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		// manager returns) hands the lease over at once instead of making
 		// its successor wait out the lease.
 		LeaderElectionReleaseOnCancel: true,
-		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
+		Controller: config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation),
+			// Kueue's TrainJob reconciler (hub/kueuejob) makes each job's
+			// Workload; with one worker a burst of submissions waits in line.
+			GroupKindConcurrency: map[string]int{"TrainJob.trainer.kubeflow.org": 5}},
 		// The hub reads one ConfigMap per dispatch attempt (Trainer's runtime
 		// snapshot, hub/snapshot): read it live rather than cache every
 		// ConfigMap of the cluster.
@@ -124,7 +127,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	}
 	if o.WebhookPort > 0 {
 		mgr.GetWebhookServer().Register(snapshot.WebhookPath, &webhook.Admission{
-			Handler: &snapshot.PinWebhook{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Cache: mgr.GetClient(), Probe: mgr.GetClient(),
+			Handler: &snapshot.PinWebhook{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(),
 				RestampAfter: snapshot.RestampAfterFor(o.PinnedRuntimeGracePeriod)},
 		})
 		mgr.GetWebhookServer().Register(snapshot.KeepPinWebhookPath, &webhook.Admission{Handler: snapshot.KeepPinWebhook{}})

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
+	"github.com/trainyard-dev/trainyard/hub/kueuejob"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	"github.com/trainyard-dev/trainyard/hub/targets"
 	"github.com/trainyard-dev/trainyard/hub/tenantview"
@@ -61,6 +63,9 @@ type Options struct {
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if err := kueuejob.SetupWithManager(context.Background(), mgr); err != nil {
+		return err
 	}
 	if err := (&admissioncheck.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return err

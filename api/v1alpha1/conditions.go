@@ -75,6 +75,11 @@ const (
 	// sets on a TrainJob trainyard will never run: no target could run it,
 	// or its runtime or Dispatch is invalid. The message says why.
 	ReasonDispatchRejected = "DispatchRejected"
+	// ReasonRuntimeNotPinned is the reason of the Failed condition the hub
+	// sets on a queued TrainJob whose runtime was never pinned (created
+	// while the pinning webhook was off, or queued past the pinned-runtime
+	// policy): Kueue gets no pod sets for it, and it can never be pinned.
+	ReasonRuntimeNotPinned = "RuntimeNotPinned"
 
 	// Slurm job ends and events, beyond plain failure.
 	ReasonSlurmTimeLimit   = "TimeLimit"

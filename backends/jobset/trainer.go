@@ -61,6 +61,16 @@ func sharedFramework() (*trainerFramework, error) {
 	return frameworkVal, errFramework
 }
 
+// InitTrainerRuntimes initialises Trainer's runtime framework in this
+// process, as renders do on first use. Trainer keeps its runtimes in package
+// globals that Kueue's TrainJob code also reads (hub/kueuejob): the hub
+// calls this before its controllers start, so the globals are written once,
+// before anyone reads them.
+func InitTrainerRuntimes() error {
+	_, err := sharedFramework()
+	return err
+}
+
 func newTrainerFramework(ctx context.Context) (*trainerFramework, error) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))

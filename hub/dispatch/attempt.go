@@ -243,7 +243,7 @@ func (r *Reconciler) writeSteps(ctx context.Context, s *state, tj *trainer.Train
 	if err := r.nextAttempt(ctx, s, attempt); err != nil {
 		return nil, false, err
 	}
-	tjSnap, err := snapshot.TrainJob(tj)
+	tjSnap, err := snapshot.TrainJob(tj, rt)
 	if err != nil {
 		return nil, false, err
 	}

@@ -38,7 +38,7 @@ func (r *Reconciler) ineligibleTargets(ctx context.Context, wl *kueue.Workload, 
 	if err := r.client.List(ctx, &targets); err != nil {
 		return nil, err
 	}
-	tjSnap, err := snapshot.TrainJob(tj)
+	tjSnap, err := snapshot.TrainJob(tj, rt)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,6 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/placement"
-	"github.com/trainyard-dev/trainyard/hub/snapshot"
 )
 
 // The longest names users bring: a 63-character TrainJob (Kueue names its
@@ -55,10 +54,8 @@ func TestDispatchLabelsAtTheLimits(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Name: tc.target},
 				Spec:       v1alpha1.TargetSpec{Agent: v1alpha1.AgentIdentity{Namespace: "agents"}},
 			}
-			tjSnap, err := snapshot.TrainJob(tjOf(name63))
-			if err != nil {
-				t.Fatal(err)
-			}
+			tj := tjOf(name63)
+			tjSnap := &v1alpha1.TrainJobSnapshot{Name: tj.Name, UID: tj.UID}
 			d := buildDispatch(target, wl, tjSnap, &v1alpha1.RuntimeSnapshot{},
 				placement.Request{}, placement.Decision{Target: tc.target}, tc.attempt)
 			if errs := validation.IsDNS1123Label(d.Name); len(errs) > 0 {

@@ -1,19 +1,22 @@
 package snapshot
 
 import (
+	"context"
 	"testing"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
-// TestPinDefaultsFluxNodes: a Flux TrainJob written as the Trainer docs
-// write it (no trainer section) gets the runtime's numNodes at pinning, so
-// Trainer's Flux plugin, which Kueue runs in its webhook, has one to read.
-func TestPinDefaultsFluxNodes(t *testing.T) {
+// TestPinnedRuntimeDefaultsFluxNodes: a Flux TrainJob written as the
+// Trainer docs write it (no trainer section) runs on the hub with the
+// runtime's numNodes, so Trainer's Flux plugin, which Kueue's pod sets and
+// the remote render run, has one to read; the user's spec stays as written.
+func TestPinnedRuntimeDefaultsFluxNodes(t *testing.T) {
 	flux, err := tyt.ShippedRuntime(tyt.TrainerFluxRuntime)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +42,23 @@ func TestPinDefaultsFluxNodes(t *testing.T) {
 			tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: tc.runtime}
 			tj.Spec.Trainer = tc.trainer
 			mustPin(t, c, tj)
-			got, want := tj.Spec.Trainer, tc.want
+			written := tj.DeepCopy()
+			snap, err := Take(context.Background(), c, tj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var spec trainer.TrainingRuntimeSpec
+			if err := decodeSpec(snap.Spec.Raw, &spec); err != nil {
+				t.Fatal(err)
+			}
+			view, err := WithPinnedRuntime(tj, &spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equality.Semantic.DeepEqual(written, tj) {
+				t.Errorf("the user's job changed: trainer %+v, was %+v", tj.Spec.Trainer, written.Spec.Trainer)
+			}
+			got, want := view.Spec.Trainer, tc.want
 			if (got == nil) != (want == nil) || (got != nil && (ptr.Deref(got.NumNodes, -1) != ptr.Deref(want.NumNodes, -1) || len(got.Command) != len(want.Command))) {
 				t.Errorf("trainer = %+v, want %+v", got, want)
 			}

@@ -7,7 +7,6 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,7 +26,7 @@ import (
 // kept after it was created or last pinned to.
 const DefaultGCGracePeriod = 10 * time.Minute
 
-// runtimeRefIndex indexes TrainJobs by the TrainingRuntime they name.
+// runtimeRefIndex indexes TrainJobs by the pinned copy they are pinned to.
 const runtimeRefIndex = "trainyard.dev/training-runtime-ref"
 
 // GC deletes pinned runtime copies that no TrainJob refers to any more,
@@ -75,8 +74,8 @@ func (g *GC) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // mayFreeACopy passes the TrainJob events after which a pinned copy may
-// have no job left: a deletion, or an update that points the job
-// elsewhere. A new job only adds a reference, and the many updates of a
+// have no job left: a deletion, or an update that changes the job's pin
+// (which the pinned-runtime policy refuses; counted here all the same). A new job only adds a reference, and the many updates of a
 // running job (Kueue's, the hub's) change none: at 10,000 jobs of one copy,
 // each would list all 10,000.
 var mayFreeACopy = predicate.Funcs{
@@ -97,10 +96,11 @@ func indexRuntimeRef(o client.Object) []string {
 	return nil
 }
 
-// refName is the TrainingRuntime tj names, or "".
+// refName is the pinned copy tj is pinned to, from its pin annotations, or
+// "" for a job that is not pinned.
 func refName(tj *trainer.TrainJob) string {
-	ref := tj.Spec.RuntimeRef
-	if ptr.Deref(ref.Kind, "") != trainer.TrainingRuntimeKind || ptr.Deref(ref.APIGroup, trainer.GroupVersion.Group) != trainer.GroupVersion.Group {
+	ref, err := PinnedRef(tj)
+	if err != nil {
 		return ""
 	}
 	return ref.Name

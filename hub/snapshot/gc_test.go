@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestGC(t *testing.T) {
 		return rt
 	}
 	user := func(name, runtime string) *trainer.TrainJob {
-		return tyt.MakeTrainJob(name, ns).RuntimeRef(trainer.TrainingRuntimeKind, runtime).Obj()
+		return pinnedTo(name, runtime)
 	}
 	cases := map[string]struct {
 		rt          *trainer.TrainingRuntime
@@ -106,11 +107,11 @@ func TestGC(t *testing.T) {
 }
 
 // TestOnlyEventsThatMayFreeACopyWakeTheCollector: a job's deletion, or an
-// update that points it at another runtime, asks whether its copy is still
+// update that changes its pin (which the policy refuses), asks whether its copy is still
 // used; its creation and the many updates of a running job do not.
 func TestOnlyEventsThatMayFreeACopyWakeTheCollector(t *testing.T) {
 	job := func(runtime string) *trainer.TrainJob {
-		return tyt.MakeTrainJob("a", ns).RuntimeRef(trainer.TrainingRuntimeKind, runtime).Obj()
+		return pinnedTo("a", runtime)
 	}
 	suspended := job("torch-0123456789ab")
 	suspended.Spec.Suspend = ptr.To(true)
@@ -122,7 +123,7 @@ func TestOnlyEventsThatMayFreeACopyWakeTheCollector(t *testing.T) {
 		"status or suspension changed": {passes: func() bool {
 			return mayFreeACopy.Update(event.UpdateEvent{ObjectOld: job("torch-0123456789ab"), ObjectNew: suspended})
 		}},
-		"pointed at another runtime": {want: true, passes: func() bool {
+		"pinned to another copy": {want: true, passes: func() bool {
 			return mayFreeACopy.Update(event.UpdateEvent{ObjectOld: job("torch-0123456789ab"), ObjectNew: job("torch-fedcba987654")})
 		}},
 		"deleted": {want: true, passes: func() bool { return mayFreeACopy.Delete(event.DeleteEvent{Object: job("torch-0123456789ab")}) }},
@@ -134,4 +135,13 @@ func TestOnlyEventsThatMayFreeACopyWakeTheCollector(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pinnedTo is a TrainJob whose pin annotations name the copy "torch-<12 hex
+// digits>" of ClusterTrainingRuntime torch, as copy names it.
+func pinnedTo(name, copy string) *trainer.TrainJob {
+	tj := tyt.MakeTrainJob(name, ns).Obj()
+	hash := "sha256:" + strings.TrimPrefix(copy, "torch-") + strings.Repeat("0", 52)
+	tj.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch", AnnotationHash: hash}
+	return tj
 }

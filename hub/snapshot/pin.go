@@ -14,14 +14,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Pinning. Kueue v0.19 computes a TrainJob's pod sets from the live runtime
-// every time it reconciles the job, and evicts the job when they change; and
-// a TrainJob's runtimeRef is immutable once created. So trainyard pins the
-// runtime when the TrainJob is created: it copies the referenced runtime
-// into an immutable, content-addressed TrainingRuntime in the job's
-// namespace and points the job at the copy. Kueue's pod sets, the Dispatch
-// snapshot and the remote render then all read the same spec, and editing or
-// deleting the original runtime reaches no job already submitted.
+// Pinning. Kueue v0.19's TrainJob integration computes a job's pod sets
+// from the live runtime every time it reconciles the job, and evicts the job
+// when they change. So trainyard pins the runtime when the TrainJob is
+// created: it copies the referenced runtime into an immutable,
+// content-addressed TrainingRuntime in the job's namespace and records the
+// copy in the job's pin annotations (source and hash; PinnedRef derives the
+// copy's name from them). The job's spec stays as the user wrote it, so a
+// re-apply of the same manifest changes nothing. Everything that reads the
+// job's runtime on the hub reads the copy: the Kueue integration the hub
+// runs (hub/kueuejob), the Dispatch snapshot (Take) and so the remote
+// render; editing or deleting the original runtime reaches no job already
+// submitted.
 const (
 	// LabelPinned marks pinned runtime copies; the pinned-runtime policy
 	// refuses any change to their spec.
@@ -44,9 +48,9 @@ var ErrPresetPin = errors.New("the runtime pin annotations are set by trainyard 
 // with other content than the runtime being pinned.
 var ErrPinnedCopyMismatch = errors.New("a TrainingRuntime of the pinned copy's name holds other content")
 
-// Pin makes tj refer to a pinned copy of its runtime, creating the copy if
-// needed. It changes tj in memory only; the webhook returns the change as a
-// patch. A TrainJob that already carries a pin annotation is refused
+// Pin records in tj's annotations a pinned copy of its runtime, creating
+// the copy if needed. It changes tj's annotations in memory only; the
+// webhook returns the change as a patch. A TrainJob that already carries a pin annotation is refused
 // (ErrPresetPin): only Pin sets them. The source runtime is read through r,
 // which should be uncached: a runtime edited a moment ago must be pinned as
 // edited.
@@ -106,10 +110,6 @@ func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.Tr
 	if err != nil {
 		return time.Time{}, fmt.Errorf("pin runtime %s: %w", source, err)
 	}
-	defaultFluxNodes(tj, &spec)
-	tj.Spec.RuntimeRef = trainer.RuntimeRef{
-		Name: name, APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.TrainingRuntimeKind),
-	}
 	if tj.Annotations == nil {
 		tj.Annotations = map[string]string{}
 	}
@@ -123,7 +123,7 @@ func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.Tr
 func refusePreset(tj *trainer.TrainJob) error {
 	for _, k := range []string{AnnotationSource, AnnotationHash} {
 		if _, ok := tj.Annotations[k]; ok {
-			return fmt.Errorf("%w: remove the %s and %s annotations and point spec.runtimeRef at the source runtime (a manifest copied from an existing TrainJob carries them)",
+			return fmt.Errorf("%w: remove the %s and %s annotations (a manifest copied from an existing TrainJob carries them)",
 				ErrPresetPin, AnnotationSource, AnnotationHash)
 		}
 	}
@@ -205,7 +205,8 @@ func samePinned(rt *trainer.TrainingRuntime, hash string) error {
 }
 
 // pinnedName is the copy's name: the source's, shortened, and the hash, so
-// equal content is shared and different content never collides.
+// equal content is shared and different content never collides. hash is
+// "sha256:" and 64 hex digits (Encode).
 func pinnedName(source, hash string) string {
 	h := strings.TrimPrefix(hash, "sha256:")[:12]
 	if len(source) > 50 {
@@ -214,13 +215,51 @@ func pinnedName(source, hash string) string {
 	return source + "-" + h
 }
 
-// defaultFluxNodes fills a Flux job's spec.trainer.numNodes from its
+// PinnedRef is the reference to tj's pinned copy, from its pin annotations;
+// a job without them, or with malformed ones, is ErrNotPinned.
+func PinnedRef(tj *trainer.TrainJob) (trainer.RuntimeRef, error) {
+	source, hash := tj.Annotations[AnnotationSource], tj.Annotations[AnnotationHash]
+	_, name, ok := strings.Cut(source, "/")
+	if !ok || name == "" || !validHash(hash) {
+		return trainer.RuntimeRef{}, notPinned(tj)
+	}
+	return trainer.RuntimeRef{
+		Name: pinnedName(name, hash), APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.TrainingRuntimeKind),
+	}, nil
+}
+
+// validHash: h is a content hash as Encode writes it.
+func validHash(h string) bool {
+	hexPart, ok := strings.CutPrefix(h, "sha256:")
+	if !ok || len(hexPart) != 64 {
+		return false
+	}
+	return strings.Trim(hexPart, "0123456789abcdef") == ""
+}
+
+// WithPinnedRuntime returns a copy of tj as the hub runs it: runtimeRef
+// names the pinned copy, and a Flux job's trainer.numNodes is defaulted
+// from spec (the pinned runtime's; see DefaultFluxNodes). tj is unchanged.
+func WithPinnedRuntime(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) (*trainer.TrainJob, error) {
+	ref, err := PinnedRef(tj)
+	if err != nil {
+		return nil, err
+	}
+	out := tj.DeepCopy()
+	out.Spec.RuntimeRef = ref
+	DefaultFluxNodes(out, spec)
+	return out, nil
+}
+
+// DefaultFluxNodes fills a Flux job's spec.trainer.numNodes from its
 // runtime when the job leaves it unset, as the Trainer docs write Flux jobs.
-// Trainer v2.3's Flux plugin dereferences it, and Kueue runs that plugin in
-// its TrainJob webhook on the hub: without the default such a job is refused
+// Trainer v2.3's Flux plugin dereferences it, and both Kueue's pod sets and
+// the remote render run that plugin: without the default such a job fails
 // with a nil-pointer panic. The value is the one the runtime gives anyway.
-func defaultFluxNodes(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) {
-	if spec.MLPolicy == nil || spec.MLPolicy.Flux == nil {
+// Only copies of the job get it (WithPinnedRuntime): the user's spec stays
+// as written.
+func DefaultFluxNodes(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) {
+	if spec == nil || spec.MLPolicy == nil || spec.MLPolicy.Flux == nil {
 		return
 	}
 	if tj.Spec.Trainer == nil {

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -63,7 +62,7 @@ func TestPinRefusesCopyOfOtherContent(t *testing.T) {
 				t.Errorf("a refused Pin changed the job (-before +after):\n%s", diff)
 			}
 			// The webhook turns it into a denial naming the copy.
-			w := &PinWebhook{Reader: c, Writer: c}
+			w := &PinWebhook{Reader: c, Client: c}
 			resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tj, false))
 			if resp.Allowed || resp.Result.Code != http.StatusForbidden || !strings.Contains(resp.Result.Message, rt.Name) {
 				t.Errorf("webhook allowed=%v result=%+v, want a 403 naming %s", resp.Allowed, resp.Result, rt.Name)
@@ -138,8 +137,8 @@ func TestPinRecreatesCopyCollectedMidway(t *testing.T) {
 				t.Fatal("the copy was never collected: the test did not exercise the race")
 			}
 			var got trainer.TrainingRuntime
-			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: tj.Spec.RuntimeRef.Name}, &got); err != nil {
-				t.Fatalf("the job points at %s: %v", tj.Spec.RuntimeRef.Name, err)
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: copyName(t, tj)}, &got); err != nil {
+				t.Fatalf("the job is pinned to %s: %v", copyName(t, tj), err)
 			}
 		})
 	}
@@ -169,7 +168,7 @@ func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
 			tj := tyt.MakeTrainJob("train", ns).Obj()
 			mustPin(t, c, tj)
 			var rt trainer.TrainingRuntime
-			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: tj.Spec.RuntimeRef.Name}, &rt); err != nil {
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: copyName(t, tj)}, &rt); err != nil {
 				t.Fatal(err)
 			}
 			mutate(&rt)
@@ -189,14 +188,14 @@ func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
 // one the tenant can still edit. The same job pinned is taken.
 func TestTakeRefusesUnpinned(t *testing.T) {
 	cases := map[string]func(*trainer.TrainJob){
-		"pinned":                    nil,
-		"no pin annotations":        func(tj *trainer.TrainJob) { tj.Annotations = nil },
-		"the hash only":             func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationSource) },
-		"the source only":           func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationHash) },
-		"empty annotations":         func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash], tj.Annotations[AnnotationSource] = "", "" },
-		"kind left to the default":  func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef.Kind = nil },
-		"a ClusterTrainingRuntime":  func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef.Kind = ptr.To(trainer.ClusterTrainingRuntimeKind) },
-		"pin marks on another kind": func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef.Kind = ptr.To("JobSetRuntime") },
+		"pinned":                  nil,
+		"no pin annotations":      func(tj *trainer.TrainJob) { tj.Annotations = nil },
+		"the hash only":           func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationSource) },
+		"the source only":         func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationHash) },
+		"empty annotations":       func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash], tj.Annotations[AnnotationSource] = "", "" },
+		"a short hash":            func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash] = "sha256:0123" },
+		"a hash of another kind":  func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash] = "md5:" + strings.Repeat("0", 64) },
+		"a source without a kind": func(tj *trainer.TrainJob) { tj.Annotations[AnnotationSource] = "torch-distributed" },
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -227,7 +226,7 @@ func TestTakeRefusesUnpinned(t *testing.T) {
 func TestPinWebhookStampsClock(t *testing.T) {
 	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
 	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-	w := &PinWebhook{Reader: c, Writer: c, Clock: clocktesting.NewFakePassiveClock(now)}
+	w := &PinWebhook{Reader: c, Client: c, Clock: clocktesting.NewFakePassiveClock(now)}
 	resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).Obj(), false))
 	if !resp.Allowed {
 		t.Fatalf("refused: %+v", resp.Result)
@@ -318,8 +317,8 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 			if tc.wantErr != nil {
 				return
 			}
-			if tj.Spec.RuntimeRef.Name != live.Name {
-				t.Errorf("job points at %q, want the copy %q", tj.Spec.RuntimeRef.Name, live.Name)
+			if got := copyName(t, tj); got != live.Name {
+				t.Errorf("job pinned to %q, want the copy %q", got, live.Name)
 			}
 			var got trainer.TrainingRuntime
 			if err := c.Get(context.Background(), client.ObjectKeyFromObject(live), &got); err != nil {
@@ -349,7 +348,9 @@ func TestPinBurstWritesTheCopyOnce(t *testing.T) {
 			tj := tyt.MakeTrainJob(fmt.Sprintf("train-%d", i), ns).Obj()
 			_, err := pinAt(context.Background(), c, c, tj, reuse{now: now, within: time.Minute})
 			errs <- err
-			names[i] = tj.Spec.RuntimeRef.Name
+			if ref, err := PinnedRef(tj); err == nil {
+				names[i] = ref.Name
+			}
 		}()
 	}
 	wg.Wait()

@@ -21,11 +21,13 @@ import (
 //     webhook refuses them at creation on queued jobs, the policy on jobs
 //     created without the queue label, which the webhook never sees);
 //   - a TrainJob that is not pinned is never added to a Kueue queue: it
-//     was created without the queue label, and since runtimeRef is
-//     immutable and the pin annotations are set only at creation, labelling
-//     it later cannot pin it. Kueue allows the label while a job is
+//     was created without the queue label, and since the pin annotations
+//     are set only at creation, labelling it later cannot pin it. Kueue allows the label while a job is
 //     suspended, so without this rule such a job would be queued naming a
-//     live runtime (the hub refuses to dispatch it anyway: snapshot.Take).
+//     live runtime (the hub refuses to dispatch it anyway: snapshot.Take);
+//   - a TrainJob's queue label does not change while the job runs (not
+//     suspended), as Kueue's own TrainJob webhook refused before trainyard
+//     took over the integration (hub/kueuejob).
 
 // Deleting pinned copies, as the policy's authorizer check asks:
 //
@@ -57,18 +59,23 @@ const (
 		`!(has(object.metadata.labels) && 'kueue.x-k8s.io/queue-name' in object.metadata.labels) || ` +
 		`(has(oldObject.metadata.labels) && 'kueue.x-k8s.io/queue-name' in oldObject.metadata.labels) || ` +
 		`(has(object.metadata.annotations) && 'trainyard.dev/runtime-hash' in object.metadata.annotations)`
+	celQueueKeptWhileRunning = `request.resource.resource != 'trainjobs' || request.operation != 'UPDATE' || ` +
+		`(has(object.spec.suspend) && object.spec.suspend) || ` +
+		`(has(object.metadata.labels) && 'kueue.x-k8s.io/queue-name' in object.metadata.labels ? object.metadata.labels['kueue.x-k8s.io/queue-name'] : '<none>') == ` +
+		`(has(oldObject.metadata.labels) && 'kueue.x-k8s.io/queue-name' in oldObject.metadata.labels ? oldObject.metadata.labels['kueue.x-k8s.io/queue-name'] : '<none>')`
 	celDeleteAllowed = `request.operation != 'DELETE' || has(namespaceObject.metadata.deletionTimestamp) || ` +
 		`authorizer.group('trainyard.dev').resource('pinnedruntimes').namespace(request.namespace).check('delete').allowed()`
 )
 
 // Denial messages of the policy (docs/troubleshooting.md lists them).
 const (
-	MsgSpecImmutable = "this TrainingRuntime is a trainyard pinned copy used by submitted TrainJobs; its spec cannot change (edit the source runtime instead)"
-	MsgPinImmutable  = "the trainyard.dev/runtime-source and trainyard.dev/runtime-hash annotations are set by trainyard when it pins a runtime and cannot be added, changed or removed"
-	MsgLabelKept     = "the trainyard.dev/pinned-runtime label of a pinned copy cannot be changed or removed"
-	MsgDeleteRefused = "this TrainingRuntime is a trainyard pinned copy; trainyard deletes it once no TrainJob refers to it"
-	MsgPinPreset     = "the trainyard.dev/runtime-source and trainyard.dev/runtime-hash annotations are set by trainyard when it pins the runtime of a TrainJob created with the kueue.x-k8s.io/queue-name label; remove them (a manifest copied from an existing TrainJob carries them)"
-	MsgQueueUnpinned = "a TrainJob created without the kueue.x-k8s.io/queue-name label cannot be added to a queue later: trainyard pins a job's runtime only when the job is created with the label, and a job with an unpinned runtime is never dispatched; delete this TrainJob and create it again with the label"
+	MsgSpecImmutable     = "this TrainingRuntime is a trainyard pinned copy used by submitted TrainJobs; its spec cannot change (edit the source runtime instead)"
+	MsgPinImmutable      = "the trainyard.dev/runtime-source and trainyard.dev/runtime-hash annotations are set by trainyard when it pins a runtime and cannot be added, changed or removed"
+	MsgLabelKept         = "the trainyard.dev/pinned-runtime label of a pinned copy cannot be changed or removed"
+	MsgDeleteRefused     = "this TrainingRuntime is a trainyard pinned copy; trainyard deletes it once no TrainJob refers to it"
+	MsgPinPreset         = "the trainyard.dev/runtime-source and trainyard.dev/runtime-hash annotations are set by trainyard when it pins the runtime of a TrainJob created with the kueue.x-k8s.io/queue-name label; remove them (a manifest copied from an existing TrainJob carries them)"
+	MsgQueueWhileRunning = "the kueue.x-k8s.io/queue-name label of a TrainJob cannot change while the job runs; suspend it first"
+	MsgQueueUnpinned     = "a TrainJob created without the kueue.x-k8s.io/queue-name label cannot be added to a queue later: trainyard pins a job's runtime only when the job is created with the label, and a job with an unpinned runtime is never dispatched; delete this TrainJob and create it again with the label"
 )
 
 // PinnedRuntimePolicy is the ValidatingAdmissionPolicy, with its binding,
@@ -98,6 +105,7 @@ func PinnedRuntimePolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1
 				{Expression: celLabelUnchanged, Message: MsgLabelKept},
 				{Expression: celPinOnlyQueued, Message: MsgPinPreset},
 				{Expression: celQueuedIsPinned, Message: MsgQueueUnpinned},
+				{Expression: celQueueKeptWhileRunning, Message: MsgQueueWhileRunning},
 				{Expression: celDeleteAllowed, Message: MsgDeleteRefused, Reason: ptr.To(metav1.StatusReasonForbidden)},
 			},
 		},

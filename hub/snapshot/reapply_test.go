@@ -14,22 +14,16 @@ import (
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
-// pinnedJob is a TrainJob as the pinning webhook leaves it: runtimeRef on
-// the copy of ClusterTrainingRuntime torch-distributed, pin annotations,
-// and numNodes when numNodes is set.
-func pinnedUpdateBase(numNodes *int32) *trainer.TrainJob {
+// pinnedUpdateBase is a TrainJob as the pinning webhook leaves it: the
+// user's runtimeRef and the pin annotations.
+func pinnedUpdateBase() *trainer.TrainJob {
 	tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
-	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed-0123456789ab",
-		APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.TrainingRuntimeKind)}
 	tj.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: "sha256:0123456789ab", "team": "a"}
-	if numNodes != nil {
-		tj.Spec.Trainer = &trainer.Trainer{NumNodes: numNodes}
-	}
 	return tj
 }
 
-// admitted is tj as Kueue leaves it admitted: unsuspended, with its
-// runtime patch.
+// admitted is tj as Kueue's integration leaves it admitted: unsuspended,
+// with its runtime patch beside the user's.
 func admitted(tj *trainer.TrainJob) *trainer.TrainJob {
 	tj.Spec.Suspend = ptr.To(false)
 	tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "user"}, {Manager: KueuePatchManager,
@@ -37,107 +31,86 @@ func admitted(tj *trainer.TrainJob) *trainer.TrainJob {
 	return tj
 }
 
-// TestKeepPin: an update that sends back what the user wrote (the source
-// runtime, no pin annotations, no defaulted numNodes) keeps what pinning
-// set; any other change is left for the API server and the policy to judge.
+// TestKeepPin: an update that drops the pin annotations (a server-side
+// apply by the manager that created the job) or Kueue's runtime patch (a
+// manifest listing runtimePatches), or that suspends an admitted job (a
+// manifest saying suspend: true), keeps them as they were; the hub's Kueue
+// integration still suspends; any other change is left for the API server
+// and the policy to judge.
 func TestKeepPin(t *testing.T) {
-	source := trainer.RuntimeRef{Name: "torch-distributed", APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.ClusterTrainingRuntimeKind)}
 	cases := map[string]struct {
 		old         *trainer.TrainJob
 		update      func(*trainer.TrainJob)
+		manager     string
 		wantChanged bool
 		// want is the update after KeepPin; nil: old.
 		want func(*trainer.TrainJob)
 	}{
-		"re-applied manifest": {
-			old: pinnedUpdateBase(nil),
+		"both pin annotations dropped": {
+			old: pinnedUpdateBase(),
 			update: func(tj *trainer.TrainJob) {
-				tj.Spec.RuntimeRef = source
 				delete(tj.Annotations, AnnotationSource)
 				delete(tj.Annotations, AnnotationHash)
 			},
 			wantChanged: true,
 		},
-		"source without group and kind, as the API server defaults them": {
-			old:         pinnedUpdateBase(nil),
-			update:      func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed"} },
+		"every annotation dropped": {
+			old:         pinnedUpdateBase(),
+			update:      func(tj *trainer.TrainJob) { tj.Annotations = nil },
+			want:        func(tj *trainer.TrainJob) { delete(tj.Annotations, "team") },
 			wantChanged: true,
 		},
-		"a defaulted numNodes dropped": {
-			old:         pinnedUpdateBase(ptr.To[int32](2)),
-			update:      func(tj *trainer.TrainJob) { tj.Spec.Trainer = nil },
+		"one dropped": {
+			old:         pinnedUpdateBase(),
+			update:      func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationHash) },
 			wantChanged: true,
 		},
-		"unchanged": {old: pinnedUpdateBase(nil), update: func(*trainer.TrainJob) {}},
-		"a re-apply saying suspend: true, of a job Kueue admitted": {
-			old: admitted(pinnedUpdateBase(nil)),
-			update: func(tj *trainer.TrainJob) {
-				tj.Spec.RuntimeRef = source
-				tj.Spec.Suspend = ptr.To(true)
-			},
+		"unchanged": {old: pinnedUpdateBase(), update: func(*trainer.TrainJob) {}},
+		"Kueue's runtime patch dropped by a manifest's runtimePatches": {
+			old:         admitted(pinnedUpdateBase()),
+			update:      func(tj *trainer.TrainJob) { tj.Spec.RuntimePatches = tj.Spec.RuntimePatches[:1] },
+			manager:     "kubectl-client-side-apply",
 			wantChanged: true,
 		},
-		"Kueue suspending the job it admitted": {
-			old:    admitted(pinnedUpdateBase(nil)),
-			update: func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) },
-			want:   func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) },
-		},
-		"Kueue's runtime patch dropped by a server-side apply": {
-			old: admitted(pinnedUpdateBase(nil)),
-			update: func(tj *trainer.TrainJob) {
-				tj.Spec.RuntimeRef = source
-				tj.Spec.RuntimePatches = tj.Spec.RuntimePatches[:1] // the user's own stays in the manifest
-			},
+		"a re-apply saying suspend: true, of an admitted job": {
+			old:         admitted(pinnedUpdateBase()),
+			update:      func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) },
+			manager:     "kubectl",
 			wantChanged: true,
+		},
+		"the hub's Kueue integration suspending the job it admitted": {
+			old:     admitted(pinnedUpdateBase()),
+			update:  func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) },
+			manager: KueueFieldManager,
+			want:    func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(true) },
+		},
+		"the hub's Kueue integration unsuspending": {
+			old:     pinnedUpdateBase(),
+			update:  func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) },
+			manager: KueueFieldManager,
+			want:    func(tj *trainer.TrainJob) { tj.Spec.Suspend = ptr.To(false) },
 		},
 		"another runtime stays, to be refused as immutable": {
-			old: pinnedUpdateBase(nil),
-			update: func(tj *trainer.TrainJob) {
-				tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "mpi-distributed", Kind: ptr.To(trainer.ClusterTrainingRuntimeKind)}
-			},
-			want: func(tj *trainer.TrainJob) {
-				tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "mpi-distributed", Kind: ptr.To(trainer.ClusterTrainingRuntimeKind)}
-			},
-		},
-		"a merge patch of the source's name alone, the pinned kind kept": {
-			old: pinnedUpdateBase(nil),
-			update: func(tj *trainer.TrainJob) {
-				tj.Spec.RuntimeRef.Name = "torch-distributed"
-			},
-			wantChanged: true,
-		},
-		"another kind of the source's name is another runtime": {
-			old: pinnedUpdateBase(nil),
-			update: func(tj *trainer.TrainJob) {
-				tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed", Kind: ptr.To("OtherRuntime")}
-			},
-			want: func(tj *trainer.TrainJob) {
-				tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed", Kind: ptr.To("OtherRuntime")}
-			},
+			old:    pinnedUpdateBase(),
+			update: func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "mpi-distributed"} },
+			want:   func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "mpi-distributed"} },
 		},
 		"a changed pin annotation stays, to be refused by the policy": {
-			old:    pinnedUpdateBase(nil),
+			old:    pinnedUpdateBase(),
 			update: func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash] = "sha256:other" },
 			want:   func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash] = "sha256:other" },
 		},
-		"a changed numNodes stays, to be refused as immutable": {
-			old:    pinnedUpdateBase(ptr.To[int32](2)),
-			update: func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{Image: ptr.To("other")} },
-			want:   func(tj *trainer.TrainJob) { tj.Spec.Trainer = &trainer.Trainer{Image: ptr.To("other")} },
-		},
 		"an unpinned job is not ours": {
-			old: tyt.MakeTrainJob("train", ns).Queue("q").Obj(),
-			update: func(tj *trainer.TrainJob) {
-				tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "other"}
-			},
-			want: func(tj *trainer.TrainJob) { tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "other"} },
+			old:    tyt.MakeTrainJob("train", ns).Queue("q").Obj(),
+			update: func(tj *trainer.TrainJob) { tj.Annotations = map[string]string{"x": "y"} },
+			want:   func(tj *trainer.TrainJob) { tj.Annotations = map[string]string{"x": "y"} },
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			tj := tc.old.DeepCopy()
 			tc.update(tj)
-			if got := KeepPin(tc.old, tj); got != tc.wantChanged {
+			if got := KeepPin(tc.old, tj, tc.manager); got != tc.wantChanged {
 				t.Errorf("KeepPin = %v, want %v", got, tc.wantChanged)
 			}
 			want := tc.old.DeepCopy()
@@ -154,9 +127,8 @@ func TestKeepPin(t *testing.T) {
 // TestKeepPinWebhookPatch: the webhook answers a re-apply with the patch
 // that turns it back into the stored object.
 func TestKeepPinWebhookPatch(t *testing.T) {
-	old := pinnedUpdateBase(nil)
+	old := pinnedUpdateBase()
 	tj := old.DeepCopy()
-	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed"}
 	delete(tj.Annotations, AnnotationHash)
 	req := admissionRequest(t, admissionv1.Update, tj, true)
 	oldRaw, err := json.Marshal(old)

@@ -30,50 +30,49 @@ var ErrUnsupportedRuntime = errors.New("unsupported runtime kind")
 // a live one that can change after Kueue admitted the job.
 var ErrNotPinned = errors.New("the TrainJob's runtime was not pinned when it was created")
 
-// Take returns the snapshot of a pinned TrainJob's runtime, the one the hub
-// dispatches. A job that is not pinned is refused (ErrNotPinned): its
-// runtimeRef names a live runtime the tenant can edit between Kueue's
-// admission and the dispatch, and since runtimeRef is immutable and the pin
+// Take returns the snapshot of a pinned TrainJob's runtime, read from its
+// pinned copy: the one the hub dispatches. A job that is not pinned is
+// refused (ErrNotPinned): its runtimeRef names a live runtime the tenant can
+// edit between Kueue's admission and the dispatch, and since the pin
 // annotations are set only at creation, it can never be pinned later.
 func Take(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*v1alpha1.RuntimeSnapshot, error) {
-	if err := requirePinned(tj); err != nil {
+	ref, err := PinnedRef(tj)
+	if err != nil {
 		return nil, err
 	}
-	return resolve(ctx, c, tj)
+	return resolveRef(ctx, c, tj, ref)
 }
 
-// requirePinned checks that tj carries the pin the webhook set at its
-// creation: both pin annotations, and a runtimeRef naming a namespaced
-// TrainingRuntime, as every pinned copy is. That the copy still holds the
-// pinned content is resolve's check (checkPinned).
-func requirePinned(tj *trainer.TrainJob) error {
-	if tj.Annotations[AnnotationHash] != "" && tj.Annotations[AnnotationSource] != "" &&
-		ptr.Deref(tj.Spec.RuntimeRef.Kind, "") == trainer.TrainingRuntimeKind {
-		return nil
-	}
+// notPinned is the ErrNotPinned of tj, telling its owner what to do.
+func notPinned(tj *trainer.TrainJob) error {
 	return fmt.Errorf("%w: trainyard pins the runtime of a TrainJob created with the %s label, and this one was created "+
 		"without it (or while trainyard's pinning webhook was off), so it names the live %s %q, which can change after Kueue "+
 		"admits the job; delete the TrainJob and create it again with the label",
 		ErrNotPinned, QueueLabel, ptr.Deref(tj.Spec.RuntimeRef.Kind, trainer.ClusterTrainingRuntimeKind), tj.Spec.RuntimeRef.Name)
 }
 
-// resolve resolves tj's runtime, pinned or not (the pinning webhook
-// resolves the source runtime with it), and returns its snapshot. Where
-// Trainer has snapshotted the runtime for tj (see trainerSnapshot), the spec
-// comes from Trainer's copy, which must match the runtime tj names or, with
-// that gone, the hash recorded when it was pinned (a job never pinned whose
-// runtime is gone has only Trainer's copy, which resolve then uses as it is).
+// resolve resolves the runtime tj names (the pinning webhook resolves the
+// source runtime with it) and returns its snapshot.
 func resolve(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*v1alpha1.RuntimeSnapshot, error) {
-	ref := tj.Spec.RuntimeRef
+	return resolveRef(ctx, c, tj, tj.Spec.RuntimeRef)
+}
+
+// resolveRef returns the snapshot of the runtime ref names for tj: the
+// runtime tj names, or its pinned copy. Where Trainer has snapshotted the
+// runtime for tj (see trainerSnapshot), the spec comes from Trainer's copy,
+// which must match the runtime ref names or, with that gone, the hash
+// recorded when it was pinned (a job never pinned whose runtime is gone has
+// only Trainer's copy, which resolveRef then uses as it is).
+func resolveRef(ctx context.Context, c client.Reader, tj *trainer.TrainJob, ref trainer.RuntimeRef) (*v1alpha1.RuntimeSnapshot, error) {
 	if g := ptr.Deref(ref.APIGroup, trainer.GroupVersion.Group); g != trainer.GroupVersion.Group {
 		return nil, fmt.Errorf("%w: apiGroup %q", ErrUnsupportedRuntime, g)
 	}
 	kind := v1alpha1.RuntimeKind(ptr.Deref(ref.Kind, trainer.ClusterTrainingRuntimeKind))
-	live, liveErr := readRuntime(ctx, c, tj, kind)
+	live, liveErr := readRuntime(ctx, c, tj.Namespace, kind, ref.Name)
 	if liveErr != nil && !errors.Is(liveErr, ErrRuntimeNotFound) {
 		return nil, liveErr
 	}
-	if err := checkPinned(tj, kind, live); err != nil {
+	if err := checkPinned(tj, kind, ref.Name, live); err != nil {
 		return nil, err
 	}
 	fromTrainer, err := trainerSnapshot(ctx, c, tj)
@@ -108,7 +107,7 @@ func resolve(ctx context.Context, c client.Reader, tj *trainer.TrainJob) (*v1alp
 // pinned to: a pinned copy changed under the hub (by a client the policy
 // does not stop, or deleted and re-created with other content) must not
 // run, since Kueue admitted the job for the recorded content.
-func checkPinned(tj *trainer.TrainJob, kind v1alpha1.RuntimeKind, live *trainer.TrainingRuntimeSpec) error {
+func checkPinned(tj *trainer.TrainJob, kind v1alpha1.RuntimeKind, name string, live *trainer.TrainingRuntimeSpec) error {
 	want := tj.Annotations[AnnotationHash]
 	if want == "" || live == nil {
 		return nil
@@ -119,14 +118,14 @@ func checkPinned(tj *trainer.TrainJob, kind v1alpha1.RuntimeKind, live *trainer.
 	}
 	if have != want {
 		return fmt.Errorf("%w: %s %q holds %s, the job was pinned to %s (the pinned copy was changed after the job was created)",
-			ErrSnapshotMismatch, kind, tj.Spec.RuntimeRef.Name, have, want)
+			ErrSnapshotMismatch, kind, name, have, want)
 	}
 	return nil
 }
 
-// readRuntime reads the spec of the runtime tj names.
-func readRuntime(ctx context.Context, c client.Reader, tj *trainer.TrainJob, kind v1alpha1.RuntimeKind) (*trainer.TrainingRuntimeSpec, error) {
-	name := tj.Spec.RuntimeRef.Name
+// readRuntime reads the spec of the runtime of kind and name (a
+// TrainingRuntime in namespace).
+func readRuntime(ctx context.Context, c client.Reader, namespace string, kind v1alpha1.RuntimeKind, name string) (*trainer.TrainingRuntimeSpec, error) {
 	switch kind {
 	case v1alpha1.RuntimeKindClusterTrainingRuntime:
 		var rt trainer.ClusterTrainingRuntime
@@ -136,7 +135,7 @@ func readRuntime(ctx context.Context, c client.Reader, tj *trainer.TrainJob, kin
 		return &rt.Spec, nil
 	case v1alpha1.RuntimeKindTrainingRuntime:
 		var rt trainer.TrainingRuntime
-		if err := c.Get(ctx, client.ObjectKey{Namespace: tj.Namespace, Name: name}, &rt); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &rt); err != nil {
 			return nil, notFound(err, kind, name)
 		}
 		return &rt.Spec, nil
@@ -170,13 +169,22 @@ func Encode(v any) (raw []byte, hash string, err error) {
 	return raw, "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-// TrainJob returns the snapshot of tj as submitted, without the fields that
-// only concern the hub.
-func TrainJob(tj *trainer.TrainJob) (*v1alpha1.TrainJobSnapshot, error) {
-	spec := tj.Spec.DeepCopy()
-	spec.Suspend = nil
-	spec.ManagedBy = nil
-	raw, err := json.Marshal(spec)
+// TrainJob returns the snapshot of tj as the hub runs it, from the snapshot
+// rt of its pinned runtime (Take): runtimeRef names the pinned copy, a Flux
+// job's trainer.numNodes is defaulted from it (WithPinnedRuntime), and the
+// fields that only concern the hub are left out.
+func TrainJob(tj *trainer.TrainJob, rt *v1alpha1.RuntimeSnapshot) (*v1alpha1.TrainJobSnapshot, error) {
+	var spec trainer.TrainingRuntimeSpec
+	if err := decodeSpec(rt.Spec.Raw, &spec); err != nil {
+		return nil, err
+	}
+	pinned, err := WithPinnedRuntime(tj, &spec)
+	if err != nil {
+		return nil, err
+	}
+	pinned.Spec.Suspend = nil
+	pinned.Spec.ManagedBy = nil
+	raw, err := json.Marshal(pinned.Spec)
 	if err != nil {
 		return nil, err
 	}

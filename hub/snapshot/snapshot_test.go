@@ -109,13 +109,22 @@ func TestEncode(t *testing.T) {
 	}
 }
 
+// TestTrainJobSnapshot: the Dispatch's TrainJob is the job as the hub runs
+// it: runtimeRef on the pinned copy, without the hub-only fields, the job
+// itself unchanged.
 func TestTrainJobSnapshot(t *testing.T) {
+	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
 	tj := tyt.MakeTrainJob("train", ns).Suspend(true).NumNodes(2).GPUsPerNode(4).Obj()
+	mustPin(t, c, tj)
 	tj.UID = "tj-uid"
 	tj.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
 	orig := tj.DeepCopy()
+	rt, err := Take(context.Background(), c, tj)
+	if err != nil {
+		t.Fatal(err)
+	}
 
-	got, err := TrainJob(tj)
+	got, err := TrainJob(tj, rt)
 	if err != nil {
 		t.Fatalf("TrainJob: %v", err)
 	}
@@ -128,6 +137,7 @@ func TestTrainJobSnapshot(t *testing.T) {
 	}
 	want := orig.Spec.DeepCopy()
 	want.Suspend, want.ManagedBy = nil, nil
+	want.RuntimeRef = trainer.RuntimeRef{Name: copyName(t, tj), APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.TrainingRuntimeKind)}
 	if diff := cmp.Diff(*want, spec); diff != "" {
 		t.Errorf("snapshot spec (-want +got):\n%s", diff)
 	}
@@ -143,6 +153,16 @@ func TestTrainJobSnapshot(t *testing.T) {
 	if diff := cmp.Diff(orig, tj); diff != "" {
 		t.Errorf("TrainJob changed the job (-before +after):\n%s", diff)
 	}
+}
+
+// copyName is the name of the pinned copy tj's pin annotations name.
+func copyName(t *testing.T, tj *trainer.TrainJob) string {
+	t.Helper()
+	ref, err := PinnedRef(tj)
+	if err != nil {
+		t.Fatalf("PinnedRef of %s: %v", tj.Name, err)
+	}
+	return ref.Name
 }
 
 // TestResolve: how a runtimeRef is resolved, pinned or not (Take adds the
@@ -278,13 +298,16 @@ func TestPinCreatesCopy(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(tc.source)
 			tj := tc.ref(tyt.MakeTrainJob("train", ns)).Obj()
+			userRef := tj.Spec.RuntimeRef
 			mustPin(t, c, tj)
 
 			_, hash := mustEncode(t, tyt.TorchRuntimeSpec(1))
 			wantName := pinnedName(tc.source.GetName(), hash)
-			wantRef := trainer.RuntimeRef{Name: wantName, APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.TrainingRuntimeKind)}
-			if diff := cmp.Diff(wantRef, tj.Spec.RuntimeRef); diff != "" {
-				t.Errorf("runtimeRef (-want +got):\n%s", diff)
+			if diff := cmp.Diff(userRef, tj.Spec.RuntimeRef); diff != "" {
+				t.Errorf("Pin changed runtimeRef (-user +got):\n%s", diff)
+			}
+			if got := copyName(t, tj); got != wantName {
+				t.Errorf("pinned to %q, want %q", got, wantName)
 			}
 			wantAnn := map[string]string{AnnotationSource: tc.sourceName, AnnotationHash: hash}
 			if diff := cmp.Diff(wantAnn, tj.Annotations); diff != "" {
@@ -335,8 +358,8 @@ func TestPinReusesCopyOfSameContent(t *testing.T) {
 	first, second := tyt.MakeTrainJob("first", ns).Obj(), tyt.MakeTrainJob("second", ns).Obj()
 	mustPin(t, c, first)
 	mustPin(t, c, second) // the copy exists: Create meets AlreadyExists
-	if diff := cmp.Diff(first.Spec.RuntimeRef, second.Spec.RuntimeRef); diff != "" {
-		t.Errorf("jobs of equal content point at different copies (-first +second):\n%s", diff)
+	if a, b := copyName(t, first), copyName(t, second); a != b {
+		t.Errorf("jobs of equal content pinned to different copies %s and %s", a, b)
 	}
 	if n := len(pinnedCopies(t, c, ns)); n != 1 {
 		t.Errorf("got %d pinned copies, want 1", n)
@@ -379,8 +402,8 @@ func TestPinDifferentContentGetsNewCopy(t *testing.T) {
 	}
 	after := tyt.MakeTrainJob("after", ns).Obj()
 	mustPin(t, c, after)
-	if before.Spec.RuntimeRef.Name == after.Spec.RuntimeRef.Name {
-		t.Errorf("both jobs pinned to %s although the runtime changed in between", after.Spec.RuntimeRef.Name)
+	if copyName(t, before) == copyName(t, after) {
+		t.Errorf("both jobs pinned to %s although the runtime changed in between", copyName(t, after))
 	}
 	if before.Annotations[AnnotationHash] == after.Annotations[AnnotationHash] {
 		t.Errorf("both jobs record hash %s", after.Annotations[AnnotationHash])
@@ -390,7 +413,7 @@ func TestPinDifferentContentGetsNewCopy(t *testing.T) {
 		t.Fatalf("got %d pinned copies, want 2", len(copies))
 	}
 	var old trainer.TrainingRuntime
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: before.Spec.RuntimeRef.Name}, &old); err != nil {
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: copyName(t, before)}, &old); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(tyt.TorchRuntimeSpec(1), old.Spec); diff != "" {

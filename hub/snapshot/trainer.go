@@ -21,15 +21,16 @@ import (
 // (pkg/runtime/core/snapshot.go).
 //
 // Kueue v0.19.0 neither reads nor writes that ConfigMap: its TrainJob pod
-// sets come from the live runtime the TrainJob names (getRuntimeSpec, then
-// the runtime's RuntimeInfo; it never calls NewObjects, where Trainer reads
-// and writes the snapshot). For a trainyard job that runtime is the pinned
-// copy. So trainyard does not write the ConfigMap, since nothing on the hub
-// would read it. Where one exists for the job (a Trainer controller
-// reconciled it), Take reads the spec from it, after checking that it holds
-// the same content as the pinned copy; if the two differ, Take refuses the
-// job. Kueue's pod sets, the Dispatch and the remote render then never
-// disagree with Trainer about which spec the job runs.
+// sets come from the runtime the TrainJob names (getRuntimeSpec, then the
+// runtime's RuntimeInfo; it never calls NewObjects, where Trainer reads and
+// writes the snapshot). The hub runs that code on a copy of the job naming
+// its pinned copy (hub/kueuejob). So trainyard does not write the
+// ConfigMap, since nothing on the hub would read it. Where one exists for
+// the job (a Trainer controller reconciled it), Take reads the spec from it,
+// after checking that it holds the same content as the pinned copy; if the
+// two differ, Take refuses the job. Kueue's pod sets, the Dispatch and the
+// remote render then never disagree with Trainer about which spec the job
+// runs.
 const (
 	// TrainerSnapshotSuffix ends the name of Trainer's snapshot ConfigMap.
 	TrainerSnapshotSuffix = "-runtime-snapshot"

@@ -29,9 +29,9 @@ type Summarizer struct {
 
 // summaryDelay holds back the summary of a Dispatch younger than this that
 // has not ended. Its first phases (Pending, Submitted, often Running) come
-// within a second or two; each summary is a TrainJob update, which passes
-// Kueue's TrainJob webhook and reconciler, so one write of where the job
-// got to replaces two or three.
+// within a second or two; each summary is a TrainJob update, which wakes
+// the hub's Kueue TrainJob reconciler (hub/kueuejob), so one write of where
+// the job got to replaces two or three.
 const summaryDelay = 2 * time.Second
 
 // SetupWithManager registers the summarizer; it wakes on Dispatches, whose

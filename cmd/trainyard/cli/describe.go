@@ -31,10 +31,12 @@ type Description struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Queue     string `json:"queue,omitempty"`
-	// RuntimeRef is the TrainJob's runtime as Kind/name; RuntimeSource the
-	// runtime the hub pinned it from.
+	// RuntimeRef is the TrainJob's runtime as Kind/name, as the user wrote
+	// it; RuntimeSource the runtime the hub pinned it from, and
+	// PinnedRuntime the pinned copy the hub runs it with.
 	RuntimeRef    string             `json:"runtimeRef"`
 	RuntimeSource string             `json:"runtimeSource,omitempty"`
+	PinnedRuntime string             `json:"pinnedRuntime,omitempty"`
 	Created       metav1.Time        `json:"created"`
 	Phase         string             `json:"phase"`
 	Conditions    []metav1.Condition `json:"conditions,omitempty"`
@@ -234,6 +236,7 @@ func describe(s jobState, trainyard map[kueue.AdmissionCheckReference]bool) *Des
 		Namespace: tj.Namespace, Name: tj.Name, Queue: tj.Labels[QueueLabel],
 		RuntimeRef:    fmt.Sprintf("%s/%s", ptr.Deref(tj.Spec.RuntimeRef.Kind, trainer.ClusterTrainingRuntimeKind), tj.Spec.RuntimeRef.Name),
 		RuntimeSource: tj.Annotations[snapshot.AnnotationSource],
+		PinnedRuntime: pinnedRuntime(tj),
 		Created:       tj.CreationTimestamp, Phase: s.phase(), Conditions: tj.Status.Conditions,
 	}
 	if wl := s.wl; wl != nil {
@@ -335,4 +338,14 @@ func notFoundIn(err error, ns string) error {
 		return fmt.Errorf("%w in namespace %q", err, ns)
 	}
 	return err
+}
+
+// pinnedRuntime is tj's pinned copy as Kind/name, or "" for a job that is
+// not pinned.
+func pinnedRuntime(tj *trainer.TrainJob) string {
+	ref, err := snapshot.PinnedRef(tj)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s", ptr.Deref(ref.Kind, ""), ref.Name)
 }

@@ -61,8 +61,8 @@ func printDescription(w io.Writer, d *Description, now time.Time) error {
 	p.kv(0, "Namespace", d.Namespace)
 	p.kv(0, "Queue", orNone(d.Queue))
 	runtime := d.RuntimeRef
-	if d.RuntimeSource != "" {
-		runtime += " (pinned from " + d.RuntimeSource + ")"
+	if d.PinnedRuntime != "" {
+		runtime += " (pinned as " + d.PinnedRuntime + ")"
 	}
 	p.kv(0, "Runtime", runtime)
 	p.kv(0, "Created", p.when(&d.Created))

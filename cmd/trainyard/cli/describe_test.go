@@ -21,8 +21,9 @@ import (
 // second attempt; the first attempt's Dispatch is still being deleted.
 func runningState() jobState {
 	tj := trainJob("llama")
-	tj.Annotations = map[string]string{"trainyard.dev/runtime-source": "ClusterTrainingRuntime/torch-distributed"}
-	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed-3f2a", Kind: ptr.To(trainer.TrainingRuntimeKind)}
+	tj.Annotations = map[string]string{"trainyard.dev/runtime-source": "ClusterTrainingRuntime/torch-distributed",
+		"trainyard.dev/runtime-hash": "sha256:3f2a" + strings.Repeat("0", 60)}
+	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed", Kind: ptr.To(trainer.ClusterTrainingRuntimeKind)}
 	tj.Status.Conditions = []metav1.Condition{{
 		Type: "Running", Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRemoteRunning,
 		Message: "running on target spoke-1 (attempt 2)", LastTransitionTime: ago(2 * time.Minute),
@@ -86,7 +87,7 @@ func TestPrintDescription(t *testing.T) {
 				"Name:        llama",
 				"Namespace:   team-a",
 				"Queue:       lq",
-				"Runtime:     TrainingRuntime/torch-distributed-3f2a (pinned from ClusterTrainingRuntime/torch-distributed)",
+				"Runtime:     ClusterTrainingRuntime/torch-distributed (pinned as TrainingRuntime/torch-distributed-3f2a00000000)",
 				"Created:     10m ago (2026-12-02T09:50:00Z)",
 				"Phase:       Running",
 				"Conditions:",

@@ -242,7 +242,9 @@ integrations:
   frameworks:
   - batch/job
   - jobset.x-k8s.io/jobset
-  - trainer.kubeflow.org/trainjob
+  # TrainJob is the hub's (hub/kueuejob), not Kueue's built-in framework.
+  externalFrameworks:
+  - TrainJob.v1alpha1.trainer.kubeflow.org
 featureGates:
   VisibilityOnDemand: false
 `, KueueNamespace, host, port, certDir, metrics, health)

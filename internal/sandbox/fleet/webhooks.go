@@ -125,7 +125,9 @@ func (s *webhookSet) onlyPodsLabelled(key string) {
 // kueueHubWebhooks are the Kueue webhooks a trainyard hub needs: Kueue's own
 // objects and the job kinds users submit there. Webhooks for pods and other
 // integrations are left out: the hub runs no pods, and a webhook whose
-// server is briefly down would block unrelated writes.
+// server is briefly down would block unrelated writes. TrainJob's is left
+// out too: TrainJob is an external framework served by the hub
+// (hub/kueuejob), so Kueue's TrainJob webhook would only allow.
 func kueueHubWebhooks() (*webhookSet, error) {
 	dir, err := ModuleDir("sigs.k8s.io/kueue")
 	if err != nil {
@@ -133,7 +135,7 @@ func kueueHubWebhooks() (*webhookSet, error) {
 	}
 	keep := map[string]bool{
 		"clusterqueue": true, "cohort": true, "resourceflavor": true, "workload": true,
-		"trainjob": true, "jobset": true, "job": true,
+		"jobset": true, "job": true,
 	}
 	return loadWebhooks(filepath.Join(dir, "config/components/webhook/manifests.yaml"), "kueue",
 		func(name string) bool {

@@ -76,7 +76,10 @@ func TestChartsOnAPIServer(t *testing.T) {
 		// of hub/targets.AgentRBAC there, none of which this test applies.
 		{authzv1.ResourceAttributes{Resource: "configmaps", Verb: "delete", Namespace: "team-a"}, false},
 		{authzv1.ResourceAttributes{Resource: "configmaps", Verb: "delete", Namespace: "kube-system"}, false},
-		{authzv1.ResourceAttributes{Group: "kueue.x-k8s.io", Resource: "workloads", Verb: "delete", Namespace: "team-a"}, false},
+		// The hub runs Kueue's TrainJob integration (hub/kueuejob), which
+		// creates TrainJobs' Workloads and deletes stale ones, as Kueue does.
+		{authzv1.ResourceAttributes{Group: "kueue.x-k8s.io", Resource: "workloads", Verb: "delete", Namespace: "team-a"}, true},
+		{authzv1.ResourceAttributes{Group: "kueue.x-k8s.io", Resource: "clusterqueues", Verb: "update"}, false},
 		// The admission policies come with the chart; the hub only reads the requester one.
 		{authzv1.ResourceAttributes{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies", Verb: "get", Name: tenantview.RequesterPolicyName}, true},
 		{authzv1.ResourceAttributes{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies", Verb: "create"}, false},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +33,8 @@ import (
 // of either kind. Only the namespace, the queue label and (for the
 // server-side round) the names are set; the rest is as written. Every
 // apply is accepted, no TrainJob's spec changes (its generation stays),
-// the pin stays, and diff finds nothing.
+// the pin stays, runtimeRef names the runtime the manifest names, and diff
+// finds nothing.
 func TestReapplyIsANoOp(t *testing.T) {
 	dir, err := kube.ModuleDir("github.com/kubeflow/trainer/v2")
 	if err != nil {
@@ -62,7 +64,12 @@ func TestReapplyIsANoOp(t *testing.T) {
 					g := gomega.NewWithT(t)
 					manifest, jobs, suspends := tenantManifest(t, f, round.suffix)
 					kubectl(t, append(round.applies[0], "-f", manifest)...)
-					before := trainJobs(g, jobs)
+					before := trainJobs(g, slices.Collect(maps.Keys(jobs)))
+					for name, tj := range before {
+						if tj.Spec.RuntimeRef.Name != jobs[name] || tj.Annotations[snapshot.AnnotationHash] == "" {
+							t.Errorf("%s: runtimeRef %q, pin %q; want the manifest's %q, pinned", name, tj.Spec.RuntimeRef.Name, tj.Annotations[snapshot.AnnotationHash], jobs[name])
+						}
+					}
 					for _, again := range round.applies[1:] {
 						if suspends && slices.Contains(again, "--server-side") && !slices.Contains(again, "--force-conflicts") {
 							// spec.suspend is Kueue's once it admits the
@@ -75,7 +82,7 @@ func TestReapplyIsANoOp(t *testing.T) {
 						if out, code := kubectlCode(t, "diff", "-f", manifest); code != 0 {
 							t.Errorf("kubectl diff after %v: exit %d, want 0 (no difference):\n%s", again, code, out)
 						}
-						for name, tj := range trainJobs(g, jobs) {
+						for name, tj := range trainJobs(g, slices.Collect(maps.Keys(jobs))) {
 							was := before[name]
 							// Kueue changes suspend and its own runtime patch;
 							// what the user wrote and the pin stay.
@@ -126,6 +133,11 @@ func TestRuntimeAndJobsInOneApply(t *testing.T) {
 		if tj.Annotations[snapshot.AnnotationSource] != trainer.TrainingRuntimeKind+"/"+name {
 			t.Errorf("%s: pinned from %q, want %s/%s", n, tj.Annotations[snapshot.AnnotationSource], trainer.TrainingRuntimeKind, name)
 		}
+		if tj.Spec.RuntimeRef.Name != name {
+			t.Errorf("%s: runtimeRef %q, want %q as written", n, tj.Spec.RuntimeRef.Name, name)
+		}
+		// Kueue's integration, run by the hub on the pinned copy, queues it.
+		util.WorkloadOf(g, env.fleet.Hub.Client, tj)
 	}
 	kubectl(t, "delete", "--wait=false", "-f", manifest)
 }
@@ -147,15 +159,15 @@ func userFields(tj *trainer.TrainJob) map[string]any {
 
 // tenantManifest writes file's objects with TrainingRuntimes and TrainJobs
 // in the tenant's namespace and the TrainJobs in spoke1's queue, their names
-// ending in suffix, and returns its path, the TrainJobs' names and whether
-// one sets spec.suspend.
-func tenantManifest(t *testing.T, file, suffix string) (string, []string, bool) {
+// ending in suffix, and returns its path, the TrainJobs' names with the
+// runtime each names, and whether one sets spec.suspend.
+func tenantManifest(t *testing.T, file, suffix string) (string, map[string]string, bool) {
 	t.Helper()
 	objs, err := util.ReadManifests(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var jobs []string
+	jobs := map[string]string{}
 	suspends := false
 	for _, o := range objs {
 		switch o.GetKind() {
@@ -170,7 +182,7 @@ func tenantManifest(t *testing.T, file, suffix string) (string, []string, bool) 
 			}
 			labels["kueue.x-k8s.io/queue-name"] = queueOf("spoke1")
 			o.SetLabels(labels)
-			jobs = append(jobs, o.GetName())
+			jobs[o.GetName()], _, _ = unstructured.NestedString(o.Object, "spec", "runtimeRef", "name")
 			if _, ok, _ := unstructured.NestedBool(o.Object, "spec", "suspend"); ok {
 				suspends = true
 			}

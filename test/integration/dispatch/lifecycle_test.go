@@ -153,11 +153,16 @@ func TestRuntimeEditsDoNotReachDispatchedJob(t *testing.T) {
 	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
 	g.Expect(tj.Annotations).To(HaveKeyWithValue(snapshot.AnnotationSource, "ClusterTrainingRuntime/torch-editme"))
 	g.Expect(tj.Annotations).To(HaveKeyWithValue(snapshot.AnnotationHash, hash))
-	g.Expect(ptr.Deref(tj.Spec.RuntimeRef.Kind, "")).To(Equal(trainer.TrainingRuntimeKind))
+	// The user's runtimeRef stays as written; the annotations name the copy.
+	g.Expect(tj.Spec.RuntimeRef.Name).To(Equal("torch-editme"))
+	g.Expect(ptr.Deref(tj.Spec.RuntimeRef.Kind, trainer.ClusterTrainingRuntimeKind)).To(Equal(trainer.ClusterTrainingRuntimeKind))
+	ref, err := snapshot.PinnedRef(tj)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d.Spec.Runtime.Name).To(Equal(ref.Name))
 	var pinned trainer.TrainingRuntime
-	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: tenant, Name: tj.Spec.RuntimeRef.Name}, &pinned)).To(Succeed())
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: tenant, Name: ref.Name}, &pinned)).To(Succeed())
 	pinned.Spec.MLPolicy.NumNodes = ptr.To[int32](7)
-	err := c.Update(ctx, &pinned)
+	err = c.Update(ctx, &pinned)
 	g.Expect(err).To(MatchError(ContainSubstring("its spec cannot change")))
 
 	remote := remoteJobSetsOf(t, tj)
@@ -179,6 +184,12 @@ func TestRuntimeEditsDoNotReachDispatchedJob(t *testing.T) {
 		g.Expect(rs).To(HaveLen(1))
 		g.Expect(rs[0].js.UID).To(Equal(remote[0].js.UID))
 		g.Expect(rs[0].js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Image).To(Equal(image))
+		// Kueue's integration reads the pinned copy: no eviction for pod
+		// sets that changed with the source.
+		var now kueue.Workload
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(wl), &now)).To(Succeed())
+		g.Expect(apimeta.IsStatusConditionTrue(now.Status.Conditions, kueue.WorkloadEvicted)).To(BeFalse())
+		g.Expect(apimeta.IsStatusConditionTrue(now.Status.Conditions, kueue.WorkloadAdmitted)).To(BeTrue())
 	}, 4*time.Second, 500*time.Millisecond).Should(Succeed())
 }
 

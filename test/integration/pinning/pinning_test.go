@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
@@ -52,8 +53,18 @@ func pinnedCopy(t *testing.T, tj *trainer.TrainJob) *trainer.TrainingRuntime {
 	t.Helper()
 	var rt trainer.TrainingRuntime
 	NewWithT(t).Expect(env.fleet.Hub.Client.Get(context.Background(),
-		client.ObjectKey{Namespace: tenant, Name: tj.Spec.RuntimeRef.Name}, &rt)).To(Succeed())
+		client.ObjectKey{Namespace: tenant, Name: copyName(t, tj)}, &rt)).To(Succeed())
 	return &rt
+}
+
+// copyName is the pinned copy tj's pin annotations name.
+func copyName(t *testing.T, tj *trainer.TrainJob) string {
+	t.Helper()
+	ref, err := snapshot.PinnedRef(tj)
+	if err != nil {
+		t.Fatalf("%s: %v", tj.Name, err)
+	}
+	return ref.Name
 }
 
 // TestPresetPinAnnotationsAreRefused: a tenant cannot create a job that
@@ -212,8 +223,8 @@ func TestUnreferencedCopiesAreCollected(t *testing.T) {
 	sourceRuntime(t, "gc-src", 1)
 	first := create(t, trainJob("gc-first", "gc-src", queue))
 	second := create(t, trainJob("gc-second", "gc-src", queue))
-	g.Expect(second.Spec.RuntimeRef.Name).To(Equal(first.Spec.RuntimeRef.Name))
-	key := client.ObjectKey{Namespace: tenant, Name: first.Spec.RuntimeRef.Name}
+	g.Expect(copyName(t, second)).To(Equal(copyName(t, first)))
+	key := client.ObjectKey{Namespace: tenant, Name: copyName(t, first)}
 
 	g.Expect(admin.Delete(ctx, first)).To(Succeed())
 	g.Consistently(func() error {
@@ -227,6 +238,24 @@ func TestUnreferencedCopiesAreCollected(t *testing.T) {
 
 	// A new job of the same content gets the copy made again.
 	third := create(t, trainJob("gc-third", "gc-src", queue))
-	g.Expect(third.Spec.RuntimeRef.Name).To(Equal(key.Name))
+	g.Expect(copyName(t, third)).To(Equal(key.Name))
 	g.Expect(admin.Get(ctx, key, &trainer.TrainingRuntime{})).To(Succeed())
+}
+
+// TestQueueChangeWhileRunningIsRefused: the queue label of a TrainJob that
+// is not suspended never changes, as Kueue's own TrainJob webhook refused
+// before the hub took over the integration; a suspended job still moves.
+func TestQueueChangeWhileRunningIsRefused(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	sourceRuntime(t, "requeue-src", 1)
+	tj := create(t, trainJob("requeue", "requeue-src", "other"))
+	var live trainer.TrainJob
+	g.Expect(env.tenant.Get(ctx, client.ObjectKeyFromObject(tj), &live)).To(Succeed())
+	running := live.DeepCopy()
+	running.Spec.Suspend = ptr.To(false)
+	running.Labels[tytesting.QueueLabel] = queue
+	g.Expect(env.tenant.Update(ctx, running, client.DryRunAll)).To(MatchError(ContainSubstring(snapshot.MsgQueueWhileRunning)))
+	live.Labels[tytesting.QueueLabel] = queue
+	g.Expect(env.tenant.Update(ctx, &live, client.DryRunAll)).To(Succeed())
 }

@@ -9,9 +9,11 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
@@ -69,10 +71,10 @@ func TestQueueLabelAddedLaterIsRefused(t *testing.T) {
 
 // TestUnpinnedQueuedJobIsRejected: a queued job whose runtime was not pinned
 // — created while an administrator had the pinning webhook off, or
-// labelled while the policy was off — is rejected by the hub with the
-// reason, in an event and on the TrainJob, its Workload deactivated (its
-// quota released), and no Dispatch is ever made for it: it would run the
-// live runtime.
+// labelled while the policy was off — gets no Workload (the hub's Kueue
+// integration computes pod sets only from a pinned copy, never from the
+// live runtime, so nothing holds quota for it) and fails with the reason,
+// in an event and on the TrainJob; no Dispatch is ever made for it.
 func TestUnpinnedQueuedJobIsRejected(t *testing.T) {
 	src := sourceRuntime(t, "unpinned-src", 1)
 	cases := map[string]func(t *testing.T) *trainer.TrainJob{
@@ -99,30 +101,36 @@ func TestUnpinnedQueuedJobIsRejected(t *testing.T) {
 			g := NewWithT(t)
 			ctx, admin := context.Background(), env.fleet.Hub.Client
 			tj := makeJob(t)
-			wl := util.WorkloadOf(g, admin, tj)
-			// Kueue resets the check of the Workload it deactivates on the
-			// rejection, so the TrainJob and the event are the record.
 			g.Eventually(func(g Gomega) {
 				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
 				failed := apimeta.FindStatusCondition(tj.Status.Conditions, trainer.TrainJobFailed)
 				g.Expect(failed).NotTo(BeNil())
-				g.Expect(failed.Reason).To(Equal(v1alpha1.ReasonDispatchRejected))
+				g.Expect(failed.Reason).To(Equal(v1alpha1.ReasonRuntimeNotPinned))
 				g.Expect(failed.Message).To(And(ContainSubstring("was not pinned"), ContainSubstring("create it again with the label")))
-				g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(wl), wl)).To(Succeed())
-				g.Expect(wl.Spec.Active).To(HaveValue(BeFalse()), "the rejected Workload still holds its place")
 			}, util.Timeout, util.Interval).Should(Succeed())
-			var events corev1.EventList
-			g.Expect(admin.List(ctx, &events, client.InNamespace(tenant))).To(Succeed())
-			var msgs []string
-			for _, e := range events.Items {
-				if e.InvolvedObject.UID == wl.UID && e.Type == corev1.EventTypeWarning {
-					msgs = append(msgs, e.Message)
+			g.Eventually(func(g Gomega) {
+				var events eventsv1.EventList
+				g.Expect(admin.List(ctx, &events, client.InNamespace(tenant))).To(Succeed())
+				var msgs []string
+				for _, e := range events.Items {
+					if e.Regarding.UID == tj.UID && e.Type == corev1.EventTypeWarning {
+						msgs = append(msgs, e.Note)
+					}
+				}
+				g.Expect(msgs).To(ContainElement(ContainSubstring("was not pinned")))
+			}, util.Timeout, util.Interval).Should(Succeed())
+			var workloads kueue.WorkloadList
+			g.Expect(admin.List(ctx, &workloads, client.InNamespace(tenant))).To(Succeed())
+			for _, wl := range workloads.Items {
+				for _, o := range wl.OwnerReferences {
+					g.Expect(o.UID).NotTo(Equal(tj.UID), "an unpinned job got a Workload %s", wl.Name)
 				}
 			}
-			g.Expect(msgs).To(ContainElement(ContainSubstring("was not pinned")))
 			var dispatches v1alpha1.DispatchList
-			g.Expect(admin.List(ctx, &dispatches, client.MatchingLabels{v1alpha1.LabelWorkloadUID: string(wl.UID)})).To(Succeed())
-			g.Expect(dispatches.Items).To(BeEmpty(), "an unpinned job was dispatched")
+			g.Expect(admin.List(ctx, &dispatches)).To(Succeed())
+			for _, d := range dispatches.Items {
+				g.Expect(d.Spec.TrainJob.UID).NotTo(Equal(tj.UID), "an unpinned job was dispatched")
+			}
 		})
 	}
 }

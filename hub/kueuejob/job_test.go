@@ -1,0 +1,184 @@
+package kueuejob
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/kueue/pkg/controller/jobframework"
+	"sigs.k8s.io/kueue/pkg/podset"
+
+	jobsetbackend "github.com/trainyard-dev/trainyard/backends/jobset"
+	"github.com/trainyard-dev/trainyard/hub/snapshot"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+)
+
+const ns = "team-a"
+
+func newClient(t *testing.T, objs ...client.Object) client.Client {
+	t.Helper()
+	if err := jobsetbackend.InitTrainerRuntimes(); err != nil {
+		t.Fatal(err)
+	}
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(trainer.AddToScheme(s))
+	utilruntime.Must(jobset.AddToScheme(s))
+	utilruntime.Must(kueue.AddToScheme(s))
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&trainer.TrainJob{}).Build()
+}
+
+// pinnedJob is a queued TrainJob of ClusterTrainingRuntime torch, pinned
+// when torch had nodes nodes, stored in c.
+func pinnedJob(t *testing.T, c client.Client, nodes int32) *trainer.TrainJob {
+	t.Helper()
+	ctx := context.Background()
+	src := tyt.MakeClusterTrainingRuntime("torch").Spec(tyt.TorchRuntimeSpec(nodes)).Obj()
+	if err := c.Create(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	tj := tyt.MakeTrainJob("train", ns).Queue("q").Suspend(true).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj()
+	if err := snapshot.Pin(ctx, c, c, tj); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	return tj
+}
+
+// editSource makes the live source runtime nodes nodes, as a tenant's edit
+// after the job was submitted would.
+func editSource(t *testing.T, c client.Client, nodes int32) {
+	t.Helper()
+	var src trainer.ClusterTrainingRuntime
+	if err := c.Get(context.Background(), client.ObjectKey{Name: "torch"}, &src); err != nil {
+		t.Fatal(err)
+	}
+	src.Spec = tyt.TorchRuntimeSpec(nodes)
+	if err := c.Update(context.Background(), &src); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPodSetsReadThePinnedCopy: the pod sets are the pinned runtime's, not
+// the live source's; a job without a pin gets none, and an error Kueue does
+// not retry.
+func TestPodSetsReadThePinnedCopy(t *testing.T) {
+	cases := map[string]struct {
+		edit      func(*trainer.TrainJob)
+		wantCount int32
+		wantErr   func(error) bool
+	}{
+		"pinned":               {wantCount: 2},
+		"no pin annotations":   {edit: func(tj *trainer.TrainJob) { tj.Annotations = nil }, wantErr: jobframework.IsUnretryableError},
+		"a malformed pin hash": {edit: func(tj *trainer.TrainJob) { tj.Annotations[snapshot.AnnotationHash] = "sha256:12" }, wantErr: jobframework.IsUnretryableError},
+		"a pin to a copy that is gone": {
+			edit:    func(tj *trainer.TrainJob) { tj.Annotations[snapshot.AnnotationSource] = "ClusterTrainingRuntime/gone" },
+			wantErr: func(err error) bool { return errors.Is(err, snapshot.ErrRuntimeNotFound) },
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := newClient(t)
+			tj := pinnedJob(t, c, 2)
+			editSource(t, c, 5)
+			if tc.edit != nil {
+				tc.edit(tj)
+			}
+			job := FromObject(tj)
+			got, err := job.PodSets(context.Background(), c)
+			if tc.wantErr != nil {
+				if err == nil || !tc.wantErr(err) {
+					t.Fatalf("PodSets error = %v, want the expected kind", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("PodSets: %v", err)
+			}
+			if len(got) != 1 || got[0].Count != tc.wantCount {
+				t.Fatalf("pod sets %+v, want one of count %d", got, tc.wantCount)
+			}
+			if job.Spec.RuntimeRef.Name != "torch" {
+				t.Errorf("PodSets changed runtimeRef to %q", job.Spec.RuntimeRef.Name)
+			}
+		})
+	}
+}
+
+// TestRunWithPodSetsInfoKeepsTheUserSpec: starting the job writes Kueue's
+// runtime patch with the admitted flavor's node selector and unsuspends it,
+// and leaves the runtimeRef and trainer the user wrote.
+func TestRunWithPodSetsInfoKeepsTheUserSpec(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	tj := pinnedJob(t, c, 2)
+	written := tj.DeepCopy()
+	job := FromObject(tj)
+	info := []podset.PodSetInfo{{Name: "node", NodeSelector: map[string]string{"pool": "a100"}}}
+	if err := job.RunWithPodSetsInfo(ctx, c, info); err != nil {
+		t.Fatalf("RunWithPodSetsInfo: %v", err)
+	}
+	if job.IsSuspended() {
+		t.Error("the job is still suspended")
+	}
+	var stored trainer.TrainJob
+	if err := c.Get(ctx, client.ObjectKeyFromObject(tj), &stored); err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string]*trainer.TrainJob{"in memory": (*trainer.TrainJob)(&job.TrainJob), "stored": &stored} {
+		if diff := cmp.Diff(written.Spec.RuntimeRef, got.Spec.RuntimeRef); diff != "" {
+			t.Errorf("%s runtimeRef (-written +got):\n%s", name, diff)
+		}
+		if diff := cmp.Diff(written.Spec.Trainer, got.Spec.Trainer); diff != "" {
+			t.Errorf("%s trainer (-written +got):\n%s", name, diff)
+		}
+		var selector map[string]string
+		for _, p := range got.Spec.RuntimePatches {
+			if p.Manager == kueuePatchManager {
+				rj := p.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs
+				if len(rj) == 1 && rj[0].Template != nil && rj[0].Template.Spec != nil && rj[0].Template.Spec.Template != nil && rj[0].Template.Spec.Template.Spec != nil {
+					selector = rj[0].Template.Spec.Template.Spec.NodeSelector
+				}
+			}
+		}
+		if diff := cmp.Diff(map[string]string{"pool": "a100"}, selector); diff != "" {
+			t.Errorf("%s Kueue runtime patch node selector (-want +got):\n%s", name, diff)
+		}
+	}
+}
+
+// TestStopWithoutKueuePatch: a job stopped before it ever ran (created
+// unsuspended, say) has no Kueue runtime patch yet; Stop still suspends it.
+func TestStopWithoutKueuePatch(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	tj := pinnedJob(t, c, 1)
+	tj.Spec.Suspend = ptr.To(false)
+	if err := c.Update(ctx, tj); err != nil {
+		t.Fatal(err)
+	}
+	job := FromObject(tj)
+	stopped, err := job.Stop(ctx, c, nil, jobframework.StopReasonNotAdmitted, "not admitted")
+	if err != nil || !stopped {
+		t.Fatalf("Stop = %v, %v; want stopped", stopped, err)
+	}
+	var stored trainer.TrainJob
+	if err := c.Get(ctx, client.ObjectKeyFromObject(tj), &stored); err != nil {
+		t.Fatal(err)
+	}
+	if !ptr.Deref(stored.Spec.Suspend, false) {
+		t.Error("the stored job is not suspended")
+	}
+}
