@@ -49,6 +49,22 @@ days="${TRAINYARD_RETENTION_DAYS:-0}"
 if [[ "$days" =~ ^[0-9]{1,4}$ ]] && (( 10#$days > 0 )); then
   find "$workdir" -mindepth 1 -maxdepth 1 -user "$(id -u)" -mmin "+$(( 10#$days * 1440 ))" \( \( -type f \( -name '*-a[0-9]*.[0-9]*.out' -o -name '*-a[0-9]*.[0-9]*.err' \) \) -o \( -type d -name '.trainyard-job.*' \) \) -exec rm -rf -- {} + 2>/dev/null || true
 fi
+` + statusPrelude
+
+// statusPrelude gives the job Trainer's status variables when the agent
+// serves the status API: the credential and CA arrive in the job's
+// environment (TRAINYARD_STATUS_*, readable only by the job's user) and are
+// written to files in a fresh 0700 directory of the work directory, as
+// Trainer's plugin mounts them on Kubernetes; the tasks get only the file
+// names. A tenant's own KUBEFLOW_TRAINER_SERVER_* values are replaced, as
+// Trainer's plugin replaces them. The retention sweep removes the directory.
+const statusPrelude = `if [[ -n "${TRAINYARD_STATUS_TOKEN:-}" && -n "${TRAINYARD_STATUS_URL:-}" ]]; then
+  statusdir="$(mktemp -d "$workdir/.trainyard-job.${SLURM_JOB_ID:?}.XXXXXXXX")"
+  printf "%s" "$TRAINYARD_STATUS_TOKEN" > "$statusdir/token"
+  printf "%s" "${TRAINYARD_STATUS_CA:-}" > "$statusdir/ca.crt"
+  export KUBEFLOW_TRAINER_SERVER_URL="$TRAINYARD_STATUS_URL" KUBEFLOW_TRAINER_SERVER_TOKEN="$statusdir/token" KUBEFLOW_TRAINER_SERVER_CA_CERT="$statusdir/ca.crt"
+fi
+unset TRAINYARD_STATUS_TOKEN TRAINYARD_STATUS_CA TRAINYARD_STATUS_URL
 `
 
 // argvPrelude decodes TRAINYARD_ARGV into the bash array argv. mapfile reads

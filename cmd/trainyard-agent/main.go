@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/spoke"
+	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )
 
 type flags struct {
@@ -33,6 +34,8 @@ type flags struct {
 	fenceMaxDeletes                                 int
 	hubID                                           string
 	slurmOutputRoot                                 string
+	statusListen, statusURL, statusStateDir         string
+	statusTokenLifetime                             time.Duration
 }
 
 func main() {
@@ -65,6 +68,10 @@ func main() {
 	flag.IntVar(&f.fenceMaxDeletes, "fence-max-deletes", spoke.DefaultFenceMaxDeletes, "most stale remote jobs one fence pass may delete")
 	flag.StringVar(&f.hubID, "hub-id", "", "identity (kube-system namespace UID) of the only hub the fence trusts; empty: the first one seen")
 	flag.StringVar(&f.slurmServiceUser, "slurm-service-user", "", "Slurm user that reads jobs and nodes and cancels jobs (slurm backend; default: slurm with a signing key, the token's user with a token)")
+	flag.StringVar(&f.statusListen, "status-listen", "", "address (host:port) of Trainer's TrainJob status API for the jobs' processes (slurm backend; empty: off)")
+	flag.StringVar(&f.statusURL, "status-url", "", "https://host:port at which the compute nodes reach --status-listen; its host is in the serving certificate")
+	flag.StringVar(&f.statusStateDir, "status-state-dir", "", "directory keeping the status API's credential key and CA across restarts (shared by the replicas)")
+	flag.DurationVar(&f.statusTokenLifetime, "status-token-lifetime", statusapi.DefaultTokenLifetime, "how long a job's status credential is accepted")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -107,6 +114,7 @@ func run(f flags) error {
 			Target: f.target, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
 			LeaderElect: f.leaderElect, Election: election, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
 			ServiceUser: f.slurmServiceUser, PollInterval: f.slurmPoll, OutputRoot: f.slurmOutputRoot,
+			Status: statusEndpointOf(f),
 		})
 	default:
 		return fmt.Errorf("unknown --backend %q (kubernetes or slurm)", f.backend)
@@ -134,4 +142,12 @@ func electionOf(f flags) (spoke.Election, error) {
 		e.Config = cfg
 	}
 	return e, nil
+}
+
+// statusEndpointOf is the Slurm agent's status endpoint, if one is asked for.
+func statusEndpointOf(f flags) *statusapi.EndpointOptions {
+	if f.statusListen == "" {
+		return nil
+	}
+	return &statusapi.EndpointOptions{Listen: f.statusListen, URL: f.statusURL, StateDir: f.statusStateDir, TokenLifetime: f.statusTokenLifetime}
 }
