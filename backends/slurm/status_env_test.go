@@ -12,7 +12,8 @@ import (
 // environment, the script header writes the credential and CA into a 0700
 // directory of the work directory as 0600 files, exports Trainer's three
 // variables in place of a tenant's own, and leaves the raw credential out
-// of what the job's programs inherit.
+// of what the job's programs inherit; the directory goes when the script
+// ends.
 func TestStatusPreludeGivesTrainersVariables(t *testing.T) {
 	bash := requireBash(t)
 	dir := t.TempDir()
@@ -23,6 +24,8 @@ func TestStatusPreludeGivesTrainersVariables(t *testing.T) {
 	out := filepath.Join(dir, "env")
 	script := scriptHeader + `env > "$OUT"
 stat -c %a "$(dirname "$KUBEFLOW_TRAINER_SERVER_TOKEN")" "$KUBEFLOW_TRAINER_SERVER_TOKEN" "$KUBEFLOW_TRAINER_SERVER_CA_CERT" > "$OUT.modes"
+cp "$KUBEFLOW_TRAINER_SERVER_TOKEN" "$OUT.KUBEFLOW_TRAINER_SERVER_TOKEN"
+cp "$KUBEFLOW_TRAINER_SERVER_CA_CERT" "$OUT.KUBEFLOW_TRAINER_SERVER_CA_CERT"
 `
 	cmd := exec.Command(bash, "-c", script)
 	cmd.Env = []string{"OUT=" + out, "SLURM_JOB_ID=7", EnvWorkDir + "=" + work,
@@ -56,8 +59,11 @@ stat -c %a "$(dirname "$KUBEFLOW_TRAINER_SERVER_TOKEN")" "$KUBEFLOW_TRAINER_SERV
 			t.Errorf("%s = %q, want a file in the job's directory under %s", name, path, work)
 			continue
 		}
-		if b, _ := os.ReadFile(path); string(b) != want {
-			t.Errorf("%s holds %q, want %q", name, b, want)
+		if b, _ := os.ReadFile(out + "." + name); string(b) != want {
+			t.Errorf("%s held %q, want %q", name, b, want)
+		}
+		if _, err := os.Stat(filepath.Dir(path)); !os.IsNotExist(err) {
+			t.Errorf("the job's status directory outlived the script: %v", err)
 		}
 	}
 	modes, _ := os.ReadFile(out + ".modes")

@@ -30,6 +30,7 @@ import (
 	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
 	hslurm "github.com/trainyard-dev/trainyard/internal/sandbox/slurm"
 	"github.com/trainyard-dev/trainyard/spoke"
+	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )
 
 // Options tune the controllers for a test's pace.
@@ -105,6 +106,9 @@ type SlurmTarget struct {
 	// Images is spec.images. Nil on a cluster without a container
 	// runtime: HarnessHostImages, what the suites' runtimes name.
 	Images *v1alpha1.TargetImages
+	// Status, when set, is the agent's status endpoint (Trainer's
+	// TrainJob status API for the jobs).
+	Status *statusapi.EndpointOptions
 }
 
 // HarnessHostImages are the images the harness cluster's host stands for
@@ -224,7 +228,7 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 		a := &Component{Name: "agent-" + st.Name, build: func(ctx context.Context) (ctrl.Manager, error) {
 			return spoke.NewSlurmAgent(ctx, o.agentHubConfig(st.Name, c.AgentConfigs[st.Name]), spoke.SlurmOptions{
 				Target: st.Name, SkipNameValidation: true, PollInterval: st.PollInterval, OutputRoot: st.Cluster.Root,
-				Agent: o.agentOptions(st.Name),
+				Agent: o.agentOptions(st.Name), Status: st.Status,
 			})
 		}}
 		c.Agents[st.Name] = a
