@@ -1,12 +1,17 @@
 package kubework
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/kubeflow/trainer/v2/pkg/statusserver"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/backends"
 )
@@ -49,6 +54,11 @@ func WithTrainerStatus(spec *corev1.PodSpec, ep StatusEndpoint, ns, name string)
 		{Name: EnvTrainerServerToken, Value: TrainerStatusMountPath + "/" + tokenFile},
 	}
 	mount := corev1.VolumeMount{Name: TrainerStatusVolume, MountPath: TrainerStatusMountPath, ReadOnly: true}
+	if spec.ServiceAccountName == "" {
+		// A projected token needs a named account; "default" is what the
+		// API server's ServiceAccount admission would name, where it runs.
+		spec.ServiceAccountName = "default"
+	}
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
 		for _, e := range env {
@@ -104,4 +114,46 @@ func StatusEgressPolicy(ns, agentNamespace string, agentLabels map[string]string
 			}},
 		},
 	}
+}
+
+// StatusAccess is what each tenant namespace gets so its trainer pods can
+// report to the agent: the agent's CA in a ConfigMap (Endpoint.CAConfigMap)
+// and an egress exception to the agent's pods on Port.
+type StatusAccess struct {
+	Endpoint       StatusEndpoint
+	CA             []byte
+	AgentNamespace string
+	AgentLabels    map[string]string
+	Port           int32
+}
+
+// CAConfigMap is the ConfigMap of ns that holds the agent's CA.
+func (a *StatusAccess) CAConfigMap(ns string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: a.Endpoint.CAConfigMap, Namespace: ns,
+			Labels: map[string]string{backends.LabelManagedBy: backends.ManagedByValue}},
+		Data: map[string]string{caKey: string(a.CA)},
+	}
+}
+
+// ensureStatusAccess creates or refreshes ns's CA ConfigMap (a restarted
+// agent may serve under a new CA: the kubelet updates the mounted copy)
+// and creates its egress exception.
+func ensureStatusAccess(ctx context.Context, c client.Client, reader client.Reader, a *StatusAccess, ns string) error {
+	want := a.CAConfigMap(ns)
+	var have corev1.ConfigMap
+	switch err := reader.Get(ctx, client.ObjectKeyFromObject(want), &have); {
+	case apierrors.IsNotFound(err):
+		if err := c.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create configmap %s/%s: %w", ns, want.Name, err)
+		}
+	case err != nil:
+		return fmt.Errorf("get configmap %s/%s: %w", ns, want.Name, err)
+	case have.Data[caKey] != want.Data[caKey]:
+		have.Data = want.Data
+		if err := c.Update(ctx, &have); err != nil {
+			return fmt.Errorf("update configmap %s/%s: %w", ns, want.Name, err)
+		}
+	}
+	return ensurePolicy(ctx, c, reader, StatusEgressPolicy(ns, a.AgentNamespace, a.AgentLabels, a.Port))
 }

@@ -1,11 +1,20 @@
 package kubework
 
 import (
+	"context"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/kubeflow/trainer/v2/pkg/statusserver"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
 
 // TestWithTrainerStatus: every container gets Trainer's three variables
@@ -35,6 +44,9 @@ func TestWithTrainerStatus(t *testing.T) {
 		if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != TrainerStatusMountPath || !c.VolumeMounts[0].ReadOnly {
 			t.Errorf("%s mounts %+v, want the token volume read-only", c.Name, c.VolumeMounts)
 		}
+	}
+	if spec.ServiceAccountName != "default" {
+		t.Errorf("service account %q, want default for the projected token", spec.ServiceAccountName)
 	}
 	if len(spec.Volumes) != 1 || spec.Volumes[0].Projected == nil || len(spec.Volumes[0].Projected.Sources) != 2 {
 		t.Fatalf("volumes %+v, want one projected volume of token and CA", spec.Volumes)
@@ -66,5 +78,35 @@ func TestStatusEgressPolicy(t *testing.T) {
 	}
 	if len(rule.Ports) != 1 || *rule.Ports[0].Protocol != corev1.ProtocolTCP || rule.Ports[0].Port.IntVal != 9443 {
 		t.Errorf("ports %+v, want TCP 9443", rule.Ports)
+	}
+}
+
+// TestNamespacesGiveStatusAccess: a tenant namespace made ready with a
+// status endpoint holds the agent's CA and the egress exception, and a new
+// CA (an agent restarted) replaces the old one at the next check.
+func TestNamespacesGiveStatusAccess(t *testing.T) {
+	ctx := context.Background()
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	c := fake.NewClientBuilder().WithScheme(s).Build()
+	access := &StatusAccess{Endpoint: StatusEndpoint{BaseURL: "https://agent.trainyard.svc:9443", CAConfigMap: "trainyard-status-ca"},
+		CA: []byte("ca-1"), AgentNamespace: "trainyard", AgentLabels: map[string]string{"app": "agent"}, Port: 9443}
+	n := &Namespaces{Prefix: "jobs", Level: v1alpha1.PodSecurityRestricted, Status: access}
+	for _, ca := range []string{"ca-1", "ca-2"} {
+		access.CA = []byte(ca)
+		if err := n.ensure(ctx, c, "jobs-team-a", "team-a", n.Level, nil); err != nil {
+			t.Fatal(err)
+		}
+		var cm corev1.ConfigMap
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "jobs-team-a", Name: "trainyard-status-ca"}, &cm); err != nil {
+			t.Fatal(err)
+		}
+		if cm.Data["ca.crt"] != ca {
+			t.Errorf("CA ConfigMap holds %q, want %q", cm.Data["ca.crt"], ca)
+		}
+	}
+	var p networkingv1.NetworkPolicy
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "jobs-team-a", Name: PolicyAllowStatus}, &p); err != nil {
+		t.Errorf("egress exception: %v", err)
 	}
 }

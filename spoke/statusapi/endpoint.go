@@ -38,7 +38,7 @@ const (
 	shutdownTimeout      = 5 * time.Second
 )
 
-// EndpointOptions configure the status endpoint of a Slurm agent.
+// EndpointOptions configure an agent's status endpoint.
 type EndpointOptions struct {
 	// Listen is the address the endpoint listens on (host:port).
 	Listen string
@@ -49,6 +49,9 @@ type EndpointOptions struct {
 	StateDir      string
 	TokenLifetime time.Duration
 	Clock         clock.PassiveClock
+	// Auth, when set, replaces the agent's own credentials (SignerAuth):
+	// a Kubernetes spoke's pods present projected tokens (TokenReviewAuth).
+	Auth Authenticator
 }
 
 // Endpoint serves the status API over TLS and gives each job the
@@ -86,9 +89,12 @@ func NewEndpoint(o EndpointOptions, target string, reader client.Reader, reports
 	if err != nil {
 		return nil, err
 	}
+	auth := o.Auth
+	if auth == nil {
+		auth = SignerAuth{Signer: signer, Clock: o.Clock}
+	}
 	return &Endpoint{opts: o, state: state, signer: signer, server: &Server{
-		Target: target, Auth: SignerAuth{Signer: signer, Clock: o.Clock}, Dispatches: CachedDispatches{Reader: reader},
-		Reports: reports, Log: log,
+		Target: target, Auth: auth, Dispatches: CachedDispatches{Reader: reader}, Reports: reports, Log: log,
 	}}, nil
 }
 

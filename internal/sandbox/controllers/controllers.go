@@ -9,6 +9,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -83,7 +84,20 @@ type Options struct {
 	HubBurst int
 	// Slurm clusters registered as Slurm Targets, each with its agent.
 	Slurm []SlurmTarget
+	// SpokeStatus gives each spoke's agent a status endpoint on a loopback
+	// port (Controllers.StatusAddrs) standing for its Service.
+	SpokeStatus bool
 }
+
+// Names the spoke agents' status endpoints stand for (SpokeStatus).
+const (
+	StatusService   = "trainyard-agent-status"
+	StatusNamespace = "trainyard-system"
+	StatusPort      = 9443
+)
+
+// StatusAgentLabels are the spoke agents' pod labels (SpokeStatus).
+var StatusAgentLabels = map[string]string{"app.kubernetes.io/name": "trainyard-agent"}
 
 // SlurmTarget registers a harness Slurm cluster as a Target.
 type SlurmTarget struct {
@@ -125,6 +139,8 @@ type Controllers struct {
 	// AgentConfigs are the agents' RBAC-limited hub credentials.
 	AgentConfigs map[string]*rest.Config
 	MetricsURL   string
+	// StatusAddrs are the spoke agents' status endpoints (SpokeStatus).
+	StatusAddrs map[string]string
 }
 
 // Registration is what Register made on the hub: the credentials and
@@ -201,7 +217,7 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 	if err != nil {
 		return nil, err
 	}
-	c := &Controllers{Agents: map[string]*Component{}, AgentConfigs: reg.AgentConfigs, MetricsURL: reg.MetricsURL}
+	c := &Controllers{Agents: map[string]*Component{}, AgentConfigs: reg.AgentConfigs, MetricsURL: reg.MetricsURL, StatusAddrs: map[string]string{}}
 	hubCfg, hubOpts := reg.HubConfig, reg.HubOptions
 	hubOpts.SkipNameValidation = true
 	c.Hub = &Component{Name: "hub", build: func(context.Context) (ctrl.Manager, error) {
@@ -212,9 +228,17 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 	}
 	for _, s := range f.Spokes {
 		s := s
+		status, err := o.spokeStatus()
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		if status != nil {
+			c.StatusAddrs[s.Name] = status.Listen
+		}
 		a := &Component{Name: "agent-" + s.Name, build: func(ctx context.Context) (ctrl.Manager, error) {
 			return spoke.NewKubernetesAgent(ctx, o.agentHubConfig(s.Name, c.AgentConfigs[s.Name]), spoke.KubernetesOptions{
-				Target: s.Name, Spoke: s.Config, SkipNameValidation: true, Agent: o.agentOptions(s.Name),
+				Target: s.Name, Spoke: s.Config, SkipNameValidation: true, Agent: o.agentOptions(s.Name), Status: status,
 			})
 		}}
 		c.Agents[s.Name] = a
@@ -238,6 +262,26 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 		}
 	}
 	return c, nil
+}
+
+// spokeStatus is a spoke agent's status endpoint on a free loopback port,
+// or nil without SpokeStatus.
+func (o Options) spokeStatus() (*spoke.KubeStatus, error) {
+	if !o.SpokeStatus {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir, err := os.MkdirTemp("", "trainyard-status-")
+	if err != nil {
+		return nil, err
+	}
+	return &spoke.KubeStatus{Listen: addr, Service: StatusService, Namespace: StatusNamespace, Port: StatusPort,
+		AgentLabels: StatusAgentLabels, StateDir: dir}, nil
 }
 
 // agentOptions tune the agent of target.
