@@ -19,6 +19,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
+	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )
 
 // DispatchReconciler runs the Dispatches of one target through its backend
@@ -43,6 +44,10 @@ type DispatchReconciler struct {
 	// Readings tells from which capacity reading of the heartbeat a
 	// running Dispatch's work is counted (nil: not told).
 	Readings *CapacityReadings
+
+	// Progress holds the reports the job's processes posted to the
+	// agent's status endpoint, carried into status at its pace (nil: none).
+	Progress *statusapi.Reports
 
 	// own skips passes that read a Dispatch older than the agent's own
 	// last write of it.
@@ -90,6 +95,7 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 		}
 	}
 	if d.Status.Phase.IsFinal() {
+		r.forgetProgress(d)
 		return ctrl.Result{}, nil
 	}
 	if r.Lease != nil && !r.Lease.Held() {
@@ -109,9 +115,11 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 		return r.reportFenced(ctx, d)
 	}
 	events := r.events(&d.Status, status)
+	report := r.carryProgress(d, status)
 	if err := r.writeStatus(ctx, d, status); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.progressWritten(d, report)
 	for _, e := range events {
 		r.event(d, e)
 	}
@@ -300,6 +308,7 @@ func (r *DispatchReconciler) stillCurrent(ctx context.Context, d *v1alpha1.Dispa
 
 // cancel removes the remote work of a deleted Dispatch and then releases it.
 func (r *DispatchReconciler) cancel(ctx context.Context, d *v1alpha1.Dispatch) (ctrl.Result, error) {
+	r.forgetProgress(d)
 	if !controllerutil.ContainsFinalizer(d, v1alpha1.RemoteCleanupFinalizer) {
 		return ctrl.Result{}, nil
 	}

@@ -65,6 +65,9 @@ type KubernetesOptions struct {
 	// itself in each tenant namespace it makes (the chart's
 	// <release>-tenant): its write rights then end at those namespaces.
 	TenantRole string
+	// Status, when set, serves Trainer's status API to the JobSet
+	// backend's trainer pods (the LeaderWorkerSet backend not yet).
+	Status *KubeStatus
 }
 
 // HubScheme is what the agent reads on the hub.
@@ -148,9 +151,15 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 		if err := requireKind(spoke, t.Name, jobsetv1alpha2.SchemeGroupVersion.WithKind("JobSet"), "JobSet v0.11"); err != nil {
 			return nil, err
 		}
+		var access *kubework.StatusAccess
+		if o.Status != nil {
+			if access, err = setupKubeStatus(mgr, spokeCfg, t.Name, o.Status, &opts); err != nil {
+				return nil, err
+			}
+		}
 		opts.Backend = jobset.New(spoke.GetClient(), jobset.Options{
 			Namespace: k.Namespace, Policy: settings.Policy, Egress: settings.Egress, Binding: binding, TopologyLevels: k.TopologyLevels,
-			LiveReader: spoke.GetAPIReader(), Logs: logs,
+			LiveReader: spoke.GetAPIReader(), Logs: logs, Status: access,
 		})
 		opts.RemoteEvents = append(opts.RemoteEvents, source.Kind(spoke.GetCache(), &jobsetv1alpha2.JobSet{},
 			handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*jobsetv1alpha2.JobSet])))

@@ -21,6 +21,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/internal/health"
+	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )
 
 // Defaults of Options.
@@ -68,6 +69,12 @@ type Options struct {
 	Caches []cache.Cache
 	// FenceRecord shares fence stops among the replicas (nil: none).
 	FenceRecord *FenceRecord
+	// Progress holds the reports of the agent's status endpoint, which
+	// the agent carries into Dispatch status (nil: no endpoint).
+	Progress *statusapi.Reports
+	// ProgressInterval paces each Dispatch's progress writes
+	// (statusapi.DefaultInterval).
+	ProgressInterval time.Duration
 }
 
 // wakeBuffer holds Dispatches to report after the lease came back.
@@ -102,7 +109,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	wake := make(chan event.GenericEvent, wakeBuffer)
 	lease.Wake = wake
 	r := &DispatchReconciler{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Resync: opts.Resync,
-		Lease: lease, Live: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("trainyard-agent"), Readings: readings}
+		Lease: lease, Live: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("trainyard-agent"), Readings: readings,
+		Progress: opts.Progress}
+	if opts.Progress != nil {
+		// The status endpoint finds a report's Dispatch by UID.
+		if err := statusapi.IndexDispatches(context.Background(), mgr.GetFieldIndexer()); err != nil {
+			return err
+		}
+	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("trainyard-agent-" + opts.Target).
 		For(&v1alpha1.Dispatch{}).
 		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).

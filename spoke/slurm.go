@@ -19,6 +19,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
+	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )
 
 // DefaultSlurmPollInterval is how often the agent lists the cluster's jobs
@@ -47,6 +48,9 @@ type SlurmOptions struct {
 	// HTTPClient talks to slurmrestd (default: 30 s timeout).
 	HTTPClient *http.Client
 	Agent      Options
+	// Status, when set, serves Trainer's status API to the jobs and gives
+	// each job the environment that points it there.
+	Status *statusapi.EndpointOptions
 	// SkipNameValidation lets a process build the same agent twice.
 	SkipNameValidation bool
 }
@@ -109,6 +113,18 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 		return nil, err
 	}
 	opts := o.Agent
+	if o.Status != nil {
+		reports := statusapi.NewReports(opts.ProgressInterval)
+		ep, err := statusapi.NewEndpoint(*o.Status, name, mgr.GetCache(), reports, ctrl.Log.WithName("status-api"))
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(ep); err != nil {
+			return nil, err
+		}
+		backend.JobEnv = ep.JobEnv
+		opts.Progress = reports
+	}
 	opts.HeartbeatKick = kick
 	opts.Target, opts.Namespace, opts.Backend = name, ns, backend
 	opts.RemoteEvents = append(opts.RemoteEvents, source.Channel(events, &handler.EnqueueRequestForObject{}))

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -322,6 +323,15 @@ type DispatchStatus struct {
 	// observedAttempt is the attempt the status describes.
 	// +optional
 	ObservedAttempt int32 `json:"observedAttempt,omitempty"`
+
+	// trainerStatus is the latest progress report the job's processes
+	// posted to the agent's status endpoint for this attempt (Trainer's
+	// TrainJob status API), validated by the agent. It is Trainer's own
+	// type, so the CRD carries Trainer's bounds (at most 256 metrics of
+	// 64-character names and values, progress 0..100); the hub copies it
+	// into the TrainJob's status.trainerStatus.
+	// +optional
+	TrainerStatus *trainer.TrainerStatus `json:"trainerStatus,omitempty"`
 }
 
 // Dispatch records that one attempt of one admitted Kueue Workload runs on

@@ -21,6 +21,7 @@ limitations under the License.
 package v1alpha1
 
 import (
+	trainerv1alpha1 "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -217,6 +218,11 @@ func (in *DispatchStatus) DeepCopyInto(out *DispatchStatus) {
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
+	}
+	if in.TrainerStatus != nil {
+		in, out := &in.TrainerStatus, &out.TrainerStatus
+		*out = new(trainerv1alpha1.TrainerStatus)
+		(*in).DeepCopyInto(*out)
 	}
 }
 

@@ -61,6 +61,10 @@ type Options struct {
 	LiveReader client.Reader
 	// Logs reads pod logs for Logs (nil: the backend reads no logs).
 	Logs kubernetes.Interface
+	// Status, when set, is the agent's status endpoint: trainer pods get
+	// Trainer's status variables and token volume, and each tenant
+	// namespace the CA and an egress exception to it.
+	Status *kubework.StatusAccess
 }
 
 // Backend runs Dispatches as JobSets on one spoke cluster.
@@ -87,7 +91,8 @@ func New(c client.Client, opts Options) *Backend {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	ns := &kubework.Namespaces{Prefix: opts.Namespace, Level: opts.Policy.Level, Egress: opts.Egress, Binding: opts.Binding, Reader: opts.LiveReader}
+	ns := &kubework.Namespaces{Prefix: opts.Namespace, Level: opts.Policy.Level, Egress: opts.Egress, Binding: opts.Binding, Reader: opts.LiveReader,
+		Status: opts.Status}
 	return &Backend{c: c, opts: opts, namespaces: ns, policy: kubework.NewLivePolicy(opts.Policy)}
 }
 
@@ -136,6 +141,9 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	r, err := RenderAll(d, b.renderOptions(key.Namespace))
 	if err != nil {
 		return nil, err
+	}
+	if b.opts.Status != nil {
+		withTrainerStatus(r.JobSet, b.opts.Status.Endpoint, d)
 	}
 	if _, err := b.namespaces.Ensure(ctx, b.c, d); err != nil {
 		return nil, err

@@ -212,6 +212,9 @@ type Namespaces struct {
 	Binding *TenantBinding
 	// Reader reads live (nil: the client).
 	Reader client.Reader
+	// Status, when set, gives every tenant namespace what its trainer pods
+	// need to reach the agent's status endpoint.
+	Status *StatusAccess
 
 	mu    sync.Mutex
 	ready map[string]bool
@@ -305,6 +308,9 @@ func (n *Namespaces) ensure(ctx context.Context, c client.Client, ns, tenant str
 		if err := ensurePolicy(ctx, c, reader, p); err != nil {
 			return err
 		}
+	}
+	if n.Status != nil {
+		return ensureStatusAccess(ctx, c, reader, n.Status, ns)
 	}
 	return nil
 }

@@ -38,6 +38,10 @@ type Backend struct {
 	// job output for `trainyard logs` ("/" on a login node, a mount
 	// elsewhere); empty turns logs off.
 	OutputRoot string
+	// JobEnv, when set, adds agent-made environment to each job: where its
+	// processes report progress and with which credential. It is not part
+	// of Render, which the hub also runs, since only the agent holds it.
+	JobEnv func(d *v1alpha1.Dispatch) []string
 	// SubmitSettle overrides DefaultSubmitSettle.
 	SubmitSettle time.Duration
 	// Clock defaults to the real clock.
@@ -214,6 +218,9 @@ func (b *Backend) Submit(ctx context.Context, d *v1alpha1.Dispatch) (*v1alpha1.R
 	}
 	if err := b.prepareWorkDir(ctx, job); err != nil {
 		return nil, err
+	}
+	if b.JobEnv != nil {
+		job.Env = append(job.Env, b.JobEnv(d)...)
 	}
 	id, err = b.Client.Submit(ctx, job)
 	if errors.Is(err, ErrSubmitUncertain) {

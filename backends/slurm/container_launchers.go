@@ -22,7 +22,7 @@ const containerTask = `/bin/sh -c 'PET_NODE_RANK="${SLURM_NODEID:?}"; export PET
 // and a JSON string can never hold that text unescaped. A pull or unpack
 // that fails ends the job with ExitImageUnavailable.
 const ociBundle = `jobdir="$(mktemp -d "$workdir/.trainyard-job.${SLURM_JOB_ID:?}.XXXXXXXX")"
-trap 'chmod -R u+rwX -- "$jobdir" 2>/dev/null; rm -rf -- "$jobdir"' EXIT
+trap 'chmod -R u+rwX -- "$jobdir" 2>/dev/null; rm -rf -- "$jobdir" ${statusdir:+"$statusdir"}' EXIT
 image="${TRAINYARD_IMAGE:?}"
 if ! skopeo copy --quiet -- "docker://$image" "oci:$jobdir/image:job" >&2 || ! umoci unpack --rootless --image "$jobdir/image:job" "$jobdir/bundle" >/dev/null; then
   printf "trainyard: cannot pull or unpack the image %s on %s\n" "$image" "${SLURMD_NODENAME:-$(hostname)}" >&2; exit 125
@@ -51,12 +51,12 @@ var containerScripts = map[v1alpha1.ContainerRuntime]map[v1alpha1.Launcher]strin
 			srunTorch + `--container="$jobdir/bundle" -- ` + containerTask,
 	},
 	v1alpha1.ContainerRuntimePyxis: {
-		v1alpha1.LauncherTorchrun: scriptHeader + argvPrelude + torchEnv + `exec ` + srunTorch + pyxisArgs + `-- ` + containerTask,
-		v1alpha1.LauncherMPI:      scriptHeader + argvPrelude + `exec srun --mpi=pmix ` + pyxisArgs + `-- "${argv[@]}"` + "\n",
+		v1alpha1.LauncherTorchrun: scriptHeader + argvPrelude + torchEnv + `$launch ` + srunTorch + pyxisArgs + `-- ` + containerTask,
+		v1alpha1.LauncherMPI:      scriptHeader + argvPrelude + `$launch srun --mpi=pmix ` + pyxisArgs + `-- "${argv[@]}"` + "\n",
 	},
 	v1alpha1.ContainerRuntimeApptainer: {
-		v1alpha1.LauncherTorchrun: scriptHeader + argvPrelude + torchEnv + `exec ` + srunTorch + `-- ` + apptainerExec + containerTask,
-		v1alpha1.LauncherMPI:      scriptHeader + argvPrelude + `exec srun --mpi=pmix -- ` + apptainerExec + `"${argv[@]}"` + "\n",
+		v1alpha1.LauncherTorchrun: scriptHeader + argvPrelude + torchEnv + `$launch ` + srunTorch + `-- ` + apptainerExec + containerTask,
+		v1alpha1.LauncherMPI:      scriptHeader + argvPrelude + `$launch srun --mpi=pmix -- ` + apptainerExec + `"${argv[@]}"` + "\n",
 	},
 }
 

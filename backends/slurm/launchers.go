@@ -49,6 +49,28 @@ days="${TRAINYARD_RETENTION_DAYS:-0}"
 if [[ "$days" =~ ^[0-9]{1,4}$ ]] && (( 10#$days > 0 )); then
   find "$workdir" -mindepth 1 -maxdepth 1 -user "$(id -u)" -mmin "+$(( 10#$days * 1440 ))" \( \( -type f \( -name '*-a[0-9]*.[0-9]*.out' -o -name '*-a[0-9]*.[0-9]*.err' \) \) -o \( -type d -name '.trainyard-job.*' \) \) -exec rm -rf -- {} + 2>/dev/null || true
 fi
+` + statusPrelude
+
+// statusPrelude gives the job Trainer's status variables when the agent
+// serves the status API: the credential and CA arrive in the job's
+// environment (TRAINYARD_STATUS_*, readable only by the job's user) and are
+// written to files in a fresh 0700 directory of the work directory, as
+// Trainer's plugin mounts them on Kubernetes; the tasks get only the file
+// names. A tenant's own KUBEFLOW_TRAINER_SERVER_* values are replaced, as
+// Trainer's plugin replaces them. The directory goes when the script exits,
+// so with it the script runs srun as a child ($launch is empty) instead of
+// exec'ing it; the retention sweep takes one a killed job leaves. Scripts
+// with an EXIT trap of their own remove "$statusdir" in it too.
+const statusPrelude = `launch=exec
+if [[ -n "${TRAINYARD_STATUS_TOKEN:-}" && -n "${TRAINYARD_STATUS_URL:-}" ]]; then
+  statusdir="$(mktemp -d "$workdir/.trainyard-job.${SLURM_JOB_ID:?}.XXXXXXXX")"
+  trap 'rm -rf -- "$statusdir"' EXIT
+  launch=
+  printf "%s" "$TRAINYARD_STATUS_TOKEN" > "$statusdir/token"
+  printf "%s" "${TRAINYARD_STATUS_CA:-}" > "$statusdir/ca.crt"
+  export KUBEFLOW_TRAINER_SERVER_URL="$TRAINYARD_STATUS_URL" KUBEFLOW_TRAINER_SERVER_TOKEN="$statusdir/token" KUBEFLOW_TRAINER_SERVER_CA_CERT="$statusdir/ca.crt"
+fi
+unset TRAINYARD_STATUS_TOKEN TRAINYARD_STATUS_CA TRAINYARD_STATUS_URL
 `
 
 // argvPrelude decodes TRAINYARD_ARGV into the bash array argv. mapfile reads
@@ -80,7 +102,7 @@ export PET_NPROC_PER_NODE="${TRAINYARD_NPROC_PER_NODE:-1}"
 // unchanged, as Trainer does on Kubernetes: the command is expected to be
 // torchrun (or a python program that reads the PET_* variables itself) and
 // trainyard never prepends anything to it.
-const torchrunScript = scriptHeader + torchEnv + `exec srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 -- /bin/bash -c 'set -euo pipefail
+const torchrunScript = scriptHeader + torchEnv + `$launch srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 -- /bin/bash -c 'set -euo pipefail
 export PET_NODE_RANK="${SLURM_NODEID:?}"
 ` + argvPrelude + `exec -- "${argv[@]}"
 '
@@ -96,7 +118,7 @@ export PET_NODE_RANK="${SLURM_NODEID:?}"
 // goes when the script exits (the retention sweep takes any a killed job
 // leaves), so the ranks are not exec'd.
 const mpiScript = scriptHeader + argvPrelude + `jobdir="$(mktemp -d "$workdir/.trainyard-job.${SLURM_JOB_ID:?}.XXXXXXXX")"
-trap 'rm -rf -- "$jobdir"' EXIT
+trap 'rm -rf -- "$jobdir" ${statusdir:+"$statusdir"}' EXIT
 hostfile="$jobdir/hostfile"
 slots="${SLURM_NTASKS_PER_NODE:-1}"
 scontrol show hostnames "${SLURM_JOB_NODELIST:?}" | while IFS= read -r host; do printf "%s slots=%s\n" "$host" "$slots"; done > "$hostfile"
@@ -112,7 +134,7 @@ esac
 // fluxScript starts one Flux broker per node and runs the tenant argv as a
 // Flux job across all of them. Flux is not packaged on Debian, so this
 // launcher needs a site that installs flux-core on its compute nodes.
-const fluxScript = scriptHeader + argvPrelude + `exec srun --nodes="${SLURM_JOB_NUM_NODES:?}" --ntasks-per-node=1 -- flux start flux run -N "$SLURM_JOB_NUM_NODES" "${argv[@]}"
+const fluxScript = scriptHeader + argvPrelude + `$launch srun --nodes="${SLURM_JOB_NUM_NODES:?}" --ntasks-per-node=1 -- flux start flux run -N "$SLURM_JOB_NUM_NODES" "${argv[@]}"
 `
 
 // Script is the fixed batch script of a launcher ("" for an unknown one).

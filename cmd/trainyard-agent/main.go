@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/spoke"
+	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )
 
 type flags struct {
@@ -33,6 +35,11 @@ type flags struct {
 	fenceMaxDeletes                                 int
 	hubID                                           string
 	slurmOutputRoot                                 string
+	statusListen, statusURL, statusStateDir         string
+	statusTokenLifetime                             time.Duration
+	statusService, statusServiceNamespace           string
+	statusServicePort                               int
+	statusAgentLabels                               string
 }
 
 func main() {
@@ -65,6 +72,14 @@ func main() {
 	flag.IntVar(&f.fenceMaxDeletes, "fence-max-deletes", spoke.DefaultFenceMaxDeletes, "most stale remote jobs one fence pass may delete")
 	flag.StringVar(&f.hubID, "hub-id", "", "identity (kube-system namespace UID) of the only hub the fence trusts; empty: the first one seen")
 	flag.StringVar(&f.slurmServiceUser, "slurm-service-user", "", "Slurm user that reads jobs and nodes and cancels jobs (slurm backend; default: slurm with a signing key, the token's user with a token)")
+	flag.StringVar(&f.statusListen, "status-listen", "", "address (host:port) of Trainer's TrainJob status API for the jobs' processes (slurm backend; empty: off)")
+	flag.StringVar(&f.statusURL, "status-url", "", "https://host:port at which the compute nodes reach --status-listen; its host is in the serving certificate")
+	flag.StringVar(&f.statusStateDir, "status-state-dir", "", "directory keeping the status API's credential key and CA across restarts (shared by the replicas)")
+	flag.StringVar(&f.statusService, "status-service", "", "the agent's Service on the spoke that leads to --status-listen (kubernetes backend)")
+	flag.StringVar(&f.statusServiceNamespace, "status-service-namespace", "", "namespace of --status-service (kubernetes backend)")
+	flag.IntVar(&f.statusServicePort, "status-service-port", 9443, "port of --status-service (kubernetes backend)")
+	flag.StringVar(&f.statusAgentLabels, "status-agent-labels", "", "labels of the agent's pods, k=v,...: tenant pods may reach these on --status-service-port and nothing else (kubernetes backend)")
+	flag.DurationVar(&f.statusTokenLifetime, "status-token-lifetime", statusapi.DefaultTokenLifetime, "how long a job's status credential is accepted")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -100,13 +115,14 @@ func run(f flags) error {
 		mgr, err = spoke.NewKubernetesAgent(ctx, hubCfg, spoke.KubernetesOptions{
 			Target: f.target, Spoke: spokeCfg, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
 			LeaderElect: f.leaderElect, Election: election, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
-			TenantRole: f.spokeTenantRole,
+			TenantRole: f.spokeTenantRole, Status: kubeStatusOf(f),
 		})
 	case "slurm":
 		mgr, err = spoke.NewSlurmAgent(ctx, hubCfg, spoke.SlurmOptions{
 			Target: f.target, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
 			LeaderElect: f.leaderElect, Election: election, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
 			ServiceUser: f.slurmServiceUser, PollInterval: f.slurmPoll, OutputRoot: f.slurmOutputRoot,
+			Status: statusEndpointOf(f),
 		})
 	default:
 		return fmt.Errorf("unknown --backend %q (kubernetes or slurm)", f.backend)
@@ -134,4 +150,27 @@ func electionOf(f flags) (spoke.Election, error) {
 		e.Config = cfg
 	}
 	return e, nil
+}
+
+// statusEndpointOf is the Slurm agent's status endpoint, if one is asked for.
+func statusEndpointOf(f flags) *statusapi.EndpointOptions {
+	if f.statusListen == "" {
+		return nil
+	}
+	return &statusapi.EndpointOptions{Listen: f.statusListen, URL: f.statusURL, StateDir: f.statusStateDir, TokenLifetime: f.statusTokenLifetime}
+}
+
+// kubeStatusOf is the Kubernetes agent's status endpoint, if one is asked for.
+func kubeStatusOf(f flags) *spoke.KubeStatus {
+	if f.statusListen == "" {
+		return nil
+	}
+	labels := map[string]string{}
+	for _, kv := range strings.Split(f.statusAgentLabels, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			labels[k] = v
+		}
+	}
+	return &spoke.KubeStatus{Listen: f.statusListen, Service: f.statusService, Namespace: f.statusServiceNamespace,
+		Port: int32(f.statusServicePort), AgentLabels: labels, StateDir: f.statusStateDir}
 }

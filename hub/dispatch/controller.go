@@ -56,6 +56,8 @@ type Reconciler struct {
 	clock    clock.Clock
 	opts     Options
 	latency  *latencyTracker
+	// progress paces the relay of each job's progress reports.
+	progress *progressPacer
 	// flight is what is in flight to each target, kept by the Dispatch
 	// watch, and the Workloads waiting for room.
 	flight *inflight
@@ -77,7 +79,7 @@ func NewReconciler(c client.Client, live client.Reader, recorder record.EventRec
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	r := &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), flight: newInflight(),
+	r := &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), progress: newProgressPacer(), flight: newInflight(),
 		wakeups:     make(chan event.GenericEvent, wakeupBuffer),
 		eligibility: eligibility.NewCache(eligibilityCacheSize)}
 	r.flight.now = clk.Now
@@ -110,6 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if s == nil {
 		r.flight.stopWaiting(req.NamespacedName)
 		r.latency.forget(req.NamespacedName)
+		r.progress.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	res, err := r.sync(ctx, s)
@@ -145,13 +148,15 @@ func (r *Reconciler) sync(ctx context.Context, s *state) (ctrl.Result, error) {
 	if err := r.syncCheckState(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.mirrorToTrainJob(ctx, s); err != nil {
+	progressDue, err := r.mirrorToTrainJob(ctx, s)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if s.live.Status.Phase == "" || s.live.Status.Phase == v1alpha1.DispatchPending {
 		return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
 	}
-	return ctrl.Result{}, nil
+	// A progress report held back by the pacing is written when due.
+	return ctrl.Result{RequeueAfter: progressDue}, nil
 }
 
 // load fetches the Workload, finds trainyard's check on it and its Dispatches.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -129,12 +130,22 @@ func (r *Reconciler) requeue(ctx context.Context, s *state, why string) error {
 
 // mirrorToTrainJob copies the live Dispatch's progress into the hub
 // TrainJob: jobsStatus (Kueue holds quota while it shows active pods) and
-// the Complete/Failed conditions Kueue finishes the Workload by.
-func (r *Reconciler) mirrorToTrainJob(ctx context.Context, s *state) error {
+// the Complete/Failed conditions Kueue finishes the Workload by, and
+// (relayProgress) the job's progress report. It returns when a progress
+// report held back by the pacing is due (0: none is).
+func (r *Reconciler) mirrorToTrainJob(ctx context.Context, s *state) (time.Duration, error) {
 	tj, err := r.owningTrainJob(ctx, s.wl)
 	if err != nil || tj == nil {
-		return err
+		return 0, err
 	}
+	if err := r.mirrorPhase(ctx, s, tj); err != nil {
+		return 0, err
+	}
+	return r.relayProgress(ctx, s, tj)
+}
+
+// mirrorPhase writes jobsStatus and the conditions, as FieldOwner.
+func (r *Reconciler) mirrorPhase(ctx context.Context, s *state, tj *trainer.TrainJob) error {
 	orig := tj.DeepCopy()
 	d := s.live
 	tj.Status.JobsStatus = jobsStatus(d.Status.Replicas)
@@ -228,6 +239,7 @@ func (r *Reconciler) tearDown(ctx context.Context, s *state) (ctrl.Result, error
 		return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
 	}
 	r.latency.forget(client.ObjectKeyFromObject(s.wl))
+	r.progress.forget(client.ObjectKeyFromObject(s.wl))
 	r.flight.stopWaiting(client.ObjectKeyFromObject(s.wl))
 	if err := r.clearActive(ctx, s); err != nil {
 		return ctrl.Result{}, err

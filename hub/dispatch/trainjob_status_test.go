@@ -214,7 +214,7 @@ func mirroredRunning(t *testing.T) (*trainer.TrainJob, client.Client, *Reconcile
 	trainJobOfOthers(t, c, tj)
 	*log = nil
 	r := NewReconciler(c, c, record.NewFakeRecorder(10), clocktesting.NewFakeClock(t0), Options{})
-	if err := r.mirrorToTrainJob(context.Background(), mirrorState(tj, v1alpha1.DispatchRunning)); err != nil {
+	if _, err := r.mirrorToTrainJob(context.Background(), mirrorState(tj, v1alpha1.DispatchRunning)); err != nil {
 		t.Fatalf("mirror: %v", err)
 	}
 	return tj, c, r, log
@@ -261,7 +261,7 @@ func TestMirrorAppliesOnlyOwnedFields(t *testing.T) {
 
 	// Nothing changed: nothing is written.
 	*log = nil
-	if err := r.mirrorToTrainJob(ctx, mirrorState(tj, v1alpha1.DispatchRunning)); err != nil {
+	if _, err := r.mirrorToTrainJob(ctx, mirrorState(tj, v1alpha1.DispatchRunning)); err != nil {
 		t.Fatalf("second mirror: %v", err)
 	}
 	if len(*log) != 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -235,6 +236,14 @@ func (w *DispatchWrapper) DeletionTimestamp(t time.Time) *DispatchWrapper {
 // Phase sets status.phase.
 func (w *DispatchWrapper) Phase(p v1alpha1.DispatchPhase) *DispatchWrapper {
 	w.Status.Phase = p
+	return w
+}
+
+// Progress sets status.trainerStatus as the agent reports it for the
+// Dispatch's attempt.
+func (w *DispatchWrapper) Progress(ts *trainer.TrainerStatus) *DispatchWrapper {
+	w.Status.TrainerStatus = ts
+	w.Status.ObservedAttempt = w.Spec.Attempt
 	return w
 }
 

@@ -9,6 +9,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,6 +31,7 @@ import (
 	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
 	hslurm "github.com/trainyard-dev/trainyard/internal/sandbox/slurm"
 	"github.com/trainyard-dev/trainyard/spoke"
+	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )
 
 // Options tune the controllers for a test's pace.
@@ -82,7 +84,20 @@ type Options struct {
 	HubBurst int
 	// Slurm clusters registered as Slurm Targets, each with its agent.
 	Slurm []SlurmTarget
+	// SpokeStatus gives each spoke's agent a status endpoint on a loopback
+	// port (Controllers.StatusAddrs) standing for its Service.
+	SpokeStatus bool
 }
+
+// Names the spoke agents' status endpoints stand for (SpokeStatus).
+const (
+	StatusService   = "trainyard-agent-status"
+	StatusNamespace = "trainyard-system"
+	StatusPort      = 9443
+)
+
+// StatusAgentLabels are the spoke agents' pod labels (SpokeStatus).
+var StatusAgentLabels = map[string]string{"app.kubernetes.io/name": "trainyard-agent"}
 
 // SlurmTarget registers a harness Slurm cluster as a Target.
 type SlurmTarget struct {
@@ -105,6 +120,9 @@ type SlurmTarget struct {
 	// Images is spec.images. Nil on a cluster without a container
 	// runtime: HarnessHostImages, what the suites' runtimes name.
 	Images *v1alpha1.TargetImages
+	// Status, when set, is the agent's status endpoint (Trainer's
+	// TrainJob status API for the jobs).
+	Status *statusapi.EndpointOptions
 }
 
 // HarnessHostImages are the images the harness cluster's host stands for
@@ -121,6 +139,8 @@ type Controllers struct {
 	// AgentConfigs are the agents' RBAC-limited hub credentials.
 	AgentConfigs map[string]*rest.Config
 	MetricsURL   string
+	// StatusAddrs are the spoke agents' status endpoints (SpokeStatus).
+	StatusAddrs map[string]string
 }
 
 // Registration is what Register made on the hub: the credentials and
@@ -197,7 +217,7 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 	if err != nil {
 		return nil, err
 	}
-	c := &Controllers{Agents: map[string]*Component{}, AgentConfigs: reg.AgentConfigs, MetricsURL: reg.MetricsURL}
+	c := &Controllers{Agents: map[string]*Component{}, AgentConfigs: reg.AgentConfigs, MetricsURL: reg.MetricsURL, StatusAddrs: map[string]string{}}
 	hubCfg, hubOpts := reg.HubConfig, reg.HubOptions
 	hubOpts.SkipNameValidation = true
 	c.Hub = &Component{Name: "hub", build: func(context.Context) (ctrl.Manager, error) {
@@ -208,9 +228,17 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 	}
 	for _, s := range f.Spokes {
 		s := s
+		status, err := o.spokeStatus()
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		if status != nil {
+			c.StatusAddrs[s.Name] = status.Listen
+		}
 		a := &Component{Name: "agent-" + s.Name, build: func(ctx context.Context) (ctrl.Manager, error) {
 			return spoke.NewKubernetesAgent(ctx, o.agentHubConfig(s.Name, c.AgentConfigs[s.Name]), spoke.KubernetesOptions{
-				Target: s.Name, Spoke: s.Config, SkipNameValidation: true, Agent: o.agentOptions(s.Name),
+				Target: s.Name, Spoke: s.Config, SkipNameValidation: true, Agent: o.agentOptions(s.Name), Status: status,
 			})
 		}}
 		c.Agents[s.Name] = a
@@ -224,7 +252,7 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 		a := &Component{Name: "agent-" + st.Name, build: func(ctx context.Context) (ctrl.Manager, error) {
 			return spoke.NewSlurmAgent(ctx, o.agentHubConfig(st.Name, c.AgentConfigs[st.Name]), spoke.SlurmOptions{
 				Target: st.Name, SkipNameValidation: true, PollInterval: st.PollInterval, OutputRoot: st.Cluster.Root,
-				Agent: o.agentOptions(st.Name),
+				Agent: o.agentOptions(st.Name), Status: st.Status,
 			})
 		}}
 		c.Agents[st.Name] = a
@@ -234,6 +262,26 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 		}
 	}
 	return c, nil
+}
+
+// spokeStatus is a spoke agent's status endpoint on a free loopback port,
+// or nil without SpokeStatus.
+func (o Options) spokeStatus() (*spoke.KubeStatus, error) {
+	if !o.SpokeStatus {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	dir, err := os.MkdirTemp("", "trainyard-status-")
+	if err != nil {
+		return nil, err
+	}
+	return &spoke.KubeStatus{Listen: addr, Service: StatusService, Namespace: StatusNamespace, Port: StatusPort,
+		AgentLabels: StatusAgentLabels, StateDir: dir}, nil
 }
 
 // agentOptions tune the agent of target.

@@ -47,6 +47,8 @@ type environment struct {
 	agents     map[string]*trainyard.Component
 	agentCfg   map[string]*rest.Config
 	metricsURL string
+	// statusAddrs are the agents' status endpoints, by spoke.
+	statusAddrs map[string]string
 }
 
 func TestMain(m *testing.M) {
@@ -84,13 +86,14 @@ func run(m *testing.M) (code int) {
 		// Kubeflow's torch-distributed-with-cache runs its initializer as this.
 		AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{"kubeflow-trainer-cache-initializer"}},
 		FenceInterval:    2 * time.Second, Resync: 5 * time.Second,
+		SpokeStatus: true,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start trainyard:", err)
 		return 1
 	}
 	env = &environment{fleet: f, hub: controllers.Hub, agents: controllers.Agents,
-		agentCfg: controllers.AgentConfigs, metricsURL: controllers.MetricsURL}
+		agentCfg: controllers.AgentConfigs, metricsURL: controllers.MetricsURL, statusAddrs: controllers.StatusAddrs}
 	return m.Run()
 }
 

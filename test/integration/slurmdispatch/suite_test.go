@@ -10,6 +10,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
+	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
 	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
@@ -99,6 +101,17 @@ func run(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, "add spoke nodes:", err)
 		return 1
 	}
+	statusAddr, err := freeLoopbackAddr()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "status endpoint address:", err)
+		return 1
+	}
+	statusDir, err := os.MkdirTemp("", "trainyard-status-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "status endpoint state:", err)
+		return 1
+	}
+	defer os.RemoveAll(statusDir)
 	q := trainyard.Queue{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}
 	if err := trainyard.SetUpQueue(ctx, env.fleet.Hub, q); err != nil {
 		fmt.Fprintln(os.Stderr, "set up queues:", err)
@@ -116,6 +129,8 @@ func run(m *testing.M) (code int) {
 			// stand-in flux on the nodes.
 			Launchers: []v1alpha1.Launcher{v1alpha1.LauncherTorchrun, v1alpha1.LauncherMPI, v1alpha1.LauncherFlux},
 			WorkDir:   workDir,
+			// The emulated compute nodes share this machine's loopback.
+			Status: &statusapi.EndpointOptions{Listen: statusAddr, URL: "https://" + statusAddr, StateDir: statusDir},
 		}},
 	})
 	if err != nil {
@@ -123,6 +138,16 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	return m.Run()
+}
+
+// freeLoopbackAddr is a loopback address with a port free right now.
+func freeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // mpiHello prints one line per rank: its rank, the world size and the node.

@@ -20,8 +20,8 @@ import (
 
 // TestOutputIsPrivateToTheMappedUser: a job's work directory is 0700 and
 // its output 0600, owned by the mapped user, so another user of the cluster
-// can neither list nor read them; the MPI hostfile's private directory is
-// gone once the job ends.
+// can neither list nor read them; the job's private directories (the MPI
+// hostfile's, the status credential's) are gone once the job ends.
 func TestOutputIsPrivateToTheMappedUser(t *testing.T) {
 	makeRuntime(t, "private-slurm", tytesting.TorchRuntimeSpec(1))
 	tj := submit(t, trainJob("private", "private-slurm", 1, 1, "bash", "-c", "echo secret-of-alice; echo err >&2; touch made-by-job"))
@@ -52,7 +52,8 @@ func TestOutputIsPrivateToTheMappedUser(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(env.cluster.Path(dir)); len(left) > 0 {
 		for _, e := range left {
-			if strings.HasPrefix(e.Name(), ".trainyard-job.") {
+			// Other tests' killed jobs may leave theirs to the retention sweep.
+			if strings.HasPrefix(e.Name(), ".trainyard-job."+d.Status.Remote.ID+".") {
 				t.Errorf("private job directory %s left behind", e.Name())
 			}
 		}
