@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -72,10 +73,14 @@ func TestHubKueueAdmitsWorkload(t *testing.T) {
 	}, util.Timeout, util.Interval).Should(Succeed())
 }
 
-// TestHubKueueMakesWorkloadForTrainJob: Kueue's TrainJob integration on the
-// hub builds a Workload from a TrainJob and its ClusterTrainingRuntime and
-// admits it, with no Trainer controller running. trainyard stands on this.
-func TestHubKueueMakesWorkloadForTrainJob(t *testing.T) {
+// TestHubKueueLeavesTrainJobsToTrainyard: the hub's Kueue runs with its
+// built-in TrainJob integration off and TrainJob listed as an external
+// framework, as trainyard's hub serves that integration itself on the
+// pinned runtime (hub/kueuejob). Without trainyard, Kueue neither suspends
+// a queued TrainJob nor makes it a Workload; were the built-in integration
+// on, it would make a second Workload beside trainyard's, from the live
+// runtime.
+func TestHubKueueLeavesTrainJobsToTrainyard(t *testing.T) {
 	ctx, c := context.Background(), fleet.Hub.Client
 	g := NewWithT(t)
 	ns := setupQueues(t, "trainjob", "16")
@@ -85,24 +90,10 @@ func TestHubKueueMakesWorkloadForTrainJob(t *testing.T) {
 	}
 	tj := tytesting.MakeTrainJob("llama", ns).Queue("lq").NumNodes(2).GPUsPerNode(4).Obj()
 	g.Expect(c.Create(ctx, tj)).To(Succeed())
-	// Kueue's webhook suspends a queued TrainJob until admission.
-	g.Expect(ptr.Deref(tj.Spec.Suspend, false)).To(BeTrue(), "Kueue's webhook did not suspend the TrainJob")
-
-	var wl kueue.Workload
-	g.Eventually(func(g Gomega) {
+	g.Expect(ptr.Deref(tj.Spec.Suspend, false)).To(BeFalse(), "Kueue's own TrainJob webhook suspended the TrainJob")
+	g.Consistently(func(g Gomega) {
 		var list kueue.WorkloadList
 		g.Expect(c.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
-		g.Expect(list.Items).To(HaveLen(1))
-		wl = list.Items[0]
-		g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)).To(BeTrue())
-	}, util.Timeout, util.Interval).Should(Succeed())
-	g.Expect(wl.Spec.PodSets).To(HaveLen(1))
-	g.Expect(wl.Spec.PodSets[0].Count).To(Equal(int32(2)))
-	g.Expect(wl.Spec.PodSets[0].Template.Spec.Containers[0].Resources.Requests).To(HaveKey(corev1.ResourceName("nvidia.com/gpu")))
-	g.Expect(wl.OwnerReferences).To(ContainElement(HaveField("Name", "llama")))
-	// Admission unsuspends the TrainJob. Nothing runs it on the hub.
-	g.Eventually(func(g Gomega) {
-		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
-		g.Expect(ptr.Deref(tj.Spec.Suspend, true)).To(BeFalse())
-	}, util.Timeout, util.Interval).Should(Succeed())
+		g.Expect(list.Items).To(BeEmpty(), "Kueue made a Workload for a TrainJob")
+	}, 5*time.Second, util.Interval).Should(Succeed())
 }
