@@ -82,11 +82,7 @@ const (
 // described above. It needs no webhook.
 func PinnedRuntimePolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
 	rule := func(resource string, ops ...admissionv1.OperationType) admissionv1.NamedRuleWithOperations {
-		return admissionv1.NamedRuleWithOperations{RuleWithOperations: admissionv1.RuleWithOperations{
-			Operations: ops,
-			Rule: admissionv1.Rule{APIGroups: []string{trainer.GroupVersion.Group}, APIVersions: []string{"*"},
-				Resources: []string{resource}},
-		}}
+		return admission.Rule(trainer.GroupVersion.Group, []string{resource}, ops...)
 	}
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: PinnedRuntimePolicyName},

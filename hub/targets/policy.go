@@ -69,11 +69,8 @@ func DispatchWriterPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionv1.Fail),
 			MatchConstraints: &admissionv1.MatchResources{
-				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Update},
-					Rule: admissionv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"dispatches", "dispatches/status"}},
-				}}},
+				ResourceRules: []admissionv1.NamedRuleWithOperations{
+					admission.Rule(v1alpha1.GroupVersion.Group, []string{"dispatches", "dispatches/status"}, admissionv1.Update)},
 			},
 			Validations: []admissionv1.Validation{
 				{Expression: celOnlyCleanupFinalizer + " || " + celMayChangeMetadata, Message: MsgDispatchMetadata,

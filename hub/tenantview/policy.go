@@ -41,11 +41,8 @@ func RequesterPolicy() (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.Val
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionv1.Fail),
 			MatchConstraints: &admissionv1.MatchResources{
-				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
-					Rule: admissionv1.Rule{APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"logrequests"}},
-				}}},
+				ResourceRules: []admissionv1.NamedRuleWithOperations{
+					admission.Rule(v1alpha1.GroupVersion.Group, []string{"logrequests"}, admissionv1.Create)},
 			},
 			Validations: []admissionv1.Validation{{
 				Expression: celRequesterIsCreator, Message: MsgRequesterMismatch, Reason: ptr.To(metav1.StatusReasonForbidden),

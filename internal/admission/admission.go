@@ -18,3 +18,11 @@ func DenyBinding(policy string) *admissionv1.ValidatingAdmissionPolicyBinding {
 		},
 	}
 }
+
+// Rule matches ops on resources of group, at every version.
+func Rule(group string, resources []string, ops ...admissionv1.OperationType) admissionv1.NamedRuleWithOperations {
+	return admissionv1.NamedRuleWithOperations{RuleWithOperations: admissionv1.RuleWithOperations{
+		Operations: ops,
+		Rule:       admissionv1.Rule{APIGroups: []string{group}, APIVersions: []string{"*"}, Resources: resources},
+	}}
+}
