@@ -76,3 +76,10 @@ func LabelValue(s string) string {
 	}
 	return prefix + "-" + hash
 }
+
+// KueueRuntimePatchManager is the manager of the runtime patch Kueue's
+// TrainJob integration adds to an admitted TrainJob (the hub flavor's node
+// selectors and tolerations, and scheduling gates only the hub's Kueue
+// would lift). The hub's own integration (hub/kueuejob) writes it, re-apply
+// keeps it, and remote renders drop it. Kueue exports no constant for it.
+const KueueRuntimePatchManager = "kueue.x-k8s.io/manager"

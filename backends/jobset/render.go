@@ -27,10 +27,6 @@ const (
 	// queueNameLabel is Kueue's LocalQueue label; a spoke running its own
 	// Kueue would otherwise queue the job a second time.
 	queueNameLabel = "kueue.x-k8s.io/queue-name"
-	// kueuePatchManager owns the runtime patch Kueue writes into an admitted
-	// TrainJob: the hub flavor's node selectors and tolerations, and
-	// scheduling gates only the hub's Kueue would ever lift.
-	kueuePatchManager = "kueue.x-k8s.io/manager"
 )
 
 // RenderOptions says where the rendered JobSet lives on the spoke.
@@ -172,7 +168,7 @@ func remoteTrainJob(d *v1alpha1.Dispatch, namespace string) (*trainer.TrainJob, 
 	tj.Spec.Suspend = nil
 	tj.Spec.ManagedBy = nil
 	tj.Spec.RuntimePatches = slices.DeleteFunc(tj.Spec.RuntimePatches, func(p trainer.RuntimePatch) bool {
-		return p.Manager == kueuePatchManager
+		return p.Manager == v1alpha1.KueueRuntimePatchManager
 	})
 	return tj, nil
 }

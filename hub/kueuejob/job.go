@@ -26,6 +26,7 @@ import (
 	kueuetrainjob "sigs.k8s.io/kueue/pkg/controller/jobs/trainjob"
 	"sigs.k8s.io/kueue/pkg/podset"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 )
 
@@ -147,19 +148,16 @@ func (t *TrainJob) adopt(view *kueuetrainjob.TrainJob) {
 	t.Spec.RuntimeRef, t.Spec.Trainer = ref, tr
 }
 
-// kueuePatchManager names the runtime patch Kueue owns.
-const kueuePatchManager = snapshot.KueuePatchManager
-
 // ensureKueuePatch adds Kueue's runtime patch, empty, if the job has none:
 // what Kueue's TrainJob webhook adds at creation.
 func ensureKueuePatch(t *kueuetrainjob.TrainJob) {
 	for _, p := range t.Spec.RuntimePatches {
-		if p.Manager == kueuePatchManager {
+		if p.Manager == v1alpha1.KueueRuntimePatchManager {
 			return
 		}
 	}
 	t.Spec.RuntimePatches = append(t.Spec.RuntimePatches, trainer.RuntimePatch{
-		Manager: kueuePatchManager,
+		Manager: v1alpha1.KueueRuntimePatchManager,
 		TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{
 			Template: &trainer.JobSetTemplatePatch{Spec: &trainer.JobSetSpecPatch{}},
 		},

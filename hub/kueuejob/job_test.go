@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
 	"sigs.k8s.io/kueue/pkg/podset"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	jobsetbackend "github.com/trainyard-dev/trainyard/backends/jobset"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
@@ -146,7 +147,7 @@ func TestRunWithPodSetsInfoKeepsTheUserSpec(t *testing.T) {
 		}
 		var selector map[string]string
 		for _, p := range got.Spec.RuntimePatches {
-			if p.Manager == kueuePatchManager {
+			if p.Manager == v1alpha1.KueueRuntimePatchManager {
 				rj := p.TrainingRuntimeSpec.Template.Spec.ReplicatedJobs
 				if len(rj) == 1 && rj[0].Template != nil && rj[0].Template.Spec != nil && rj[0].Template.Spec.Template != nil && rj[0].Template.Spec.Template.Spec != nil {
 					selector = rj[0].Template.Spec.Template.Spec.NodeSelector

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
 
 // Re-apply. Pinning leaves the user's spec as written and adds only the
@@ -37,10 +39,6 @@ type KeepPinWebhook struct{}
 // integration (hub/kueuejob) writes TrainJobs as: its suspend of an
 // admitted job (an eviction) is the only one KeepPin lets through.
 const KueueFieldManager = "trainyard-kueue"
-
-// KueuePatchManager is the manager of the runtime patch Kueue's TrainJob
-// integration adds when it admits a job.
-const KueuePatchManager = "kueue.x-k8s.io/manager"
 
 // Handle answers one admission request.
 func (KeepPinWebhook) Handle(_ context.Context, req admission.Request) admission.Response {
@@ -110,7 +108,7 @@ func KeepPin(old, tj *trainer.TrainJob, manager string) bool {
 
 func kueuePatch(tj *trainer.TrainJob) *trainer.RuntimePatch {
 	for i := range tj.Spec.RuntimePatches {
-		if tj.Spec.RuntimePatches[i].Manager == KueuePatchManager {
+		if tj.Spec.RuntimePatches[i].Manager == v1alpha1.KueueRuntimePatchManager {
 			return &tj.Spec.RuntimePatches[i]
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -26,7 +27,7 @@ func pinnedUpdateBase() *trainer.TrainJob {
 // with its runtime patch beside the user's.
 func admitted(tj *trainer.TrainJob) *trainer.TrainJob {
 	tj.Spec.Suspend = ptr.To(false)
-	tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "user"}, {Manager: KueuePatchManager,
+	tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "user"}, {Manager: v1alpha1.KueueRuntimePatchManager,
 		TrainingRuntimeSpec: &trainer.TrainingRuntimeSpecPatch{Template: &trainer.JobSetTemplatePatch{Spec: &trainer.JobSetSpecPatch{}}}}}
 	return tj
 }
