@@ -291,7 +291,30 @@ type KubernetesTarget struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:MaxLength=317
 	TopologyLevels []string `json:"topologyLevels,omitempty"`
+
+	// queueDepth is how many jobs of one pod the hub keeps, at least, in
+	// the spoke's own scheduler queue beyond what its nodes have free: the
+	// scheduler then binds the next pod the moment one ends, instead of
+	// waiting for the agent's status write and the hub's next decision.
+	// While more jobs start there within twice the time the hub takes to
+	// refill the queue (as it measures it), the hub keeps that many
+	// instead, up to the spoke's GPUs. Jobs of several pods never wait on
+	// the spoke (its scheduler binds pods one at a time, and two half-bound
+	// jobs would hold each other's GPUs), nor do jobs bound to one topology
+	// domain; they and the jobs beyond the depth wait on the hub, where
+	// Kueue's order and every other target still apply. 0 sends only jobs
+	// that fit now.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	QueueDepth *int32 `json:"queueDepth,omitempty"`
 }
+
+// DefaultKubernetesQueueDepth is spec.kubernetes.queueDepth when unset:
+// one job waiting on the spoke is enough to bind a freed GPU at once; the
+// hub deepens it while short jobs turn over faster than it refills.
+const DefaultKubernetesQueueDepth int32 = 1
 
 // PodSecurityLevel is a Pod Security Standard level.
 // +kubebuilder:validation:Enum=Restricted;Baseline;Privileged
@@ -642,16 +665,24 @@ func (t *Target) Serves(flavors, queueFlavors []string) bool {
 	return true
 }
 
-// QueueDepth is t's spec.slurm.queueDepth, its default when unset, and 0
-// for a target that is not a Slurm cluster.
+// QueueDepth is t's spec.slurm.queueDepth or spec.kubernetes.queueDepth,
+// its default when unset, and 0 for a target of neither kind.
 func (t *Target) QueueDepth() int32 {
-	if t.Spec.Type != TargetTypeSlurm || t.Spec.Slurm == nil {
-		return 0
+	var depth *int32
+	def := int32(0)
+	switch {
+	case t.Spec.Type == TargetTypeSlurm && t.Spec.Slurm != nil:
+		depth, def = t.Spec.Slurm.QueueDepth, DefaultSlurmQueueDepth
+	case t.Spec.Type == TargetTypeKubernetes:
+		def = DefaultKubernetesQueueDepth
+		if t.Spec.Kubernetes != nil {
+			depth = t.Spec.Kubernetes.QueueDepth
+		}
 	}
-	if t.Spec.Slurm.QueueDepth == nil {
-		return DefaultSlurmQueueDepth
+	if depth == nil {
+		return def
 	}
-	return *t.Spec.Slurm.QueueDepth
+	return *depth
 }
 
 // SlurmAuthType is the kind of credential an agent holds for slurmrestd.

@@ -184,7 +184,8 @@ func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req 
 		// Room a wake-up offered those ahead in line is theirs.
 		gpus += r.flight.promisedAheadLocked(t.Name, me, now)
 		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: gpus, InFlight: nodes,
-			Ineligible: ineligible[t.Name], Queued: r.flight.queuedLocked(t.Name), QueueDepth: r.flight.depthLocked(t, now)})
+			Ineligible: ineligible[t.Name], Queued: r.flight.queuedLocked(t.Name), Unsettled: r.flight.unsettledLocked(t),
+			QueueDepth: r.flight.depthLocked(t, now)})
 	}
 	decision, err := placement.Choose(req, candidates)
 	switch {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/placement"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 const gpu = corev1.ResourceName(v1alpha1.GPUResource)
@@ -386,4 +387,11 @@ func TestReservationsOf(t *testing.T) {
 // client, as IndexDispatches does on the manager's cache.
 func withDispatchIndexes(b *fake.ClientBuilder) *fake.ClientBuilder {
 	return b.WithIndex(&v1alpha1.Dispatch{}, IndexWorkloadUID, workloadUIDOf).WithIndex(&v1alpha1.Dispatch{}, IndexTarget, targetOf)
+}
+
+// spokeTarget is a Kubernetes target that takes no queued jobs, so that a
+// test of room and waiting reads what fits now; queue_test.go and
+// depth_test.go cover the queue.
+func spokeTarget(name, flavor string) *tyt.TargetWrapper {
+	return tyt.MakeKubernetesTarget(name, flavor).KubernetesQueueDepth(0)
 }

@@ -205,7 +205,11 @@ func (f *inflight) observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request
 		depth = f.depthLocked(t, now)
 	}
 	started := f.timeRefillLocked(t, prev, seen, fl, now)
-	if seen && prev.waitsInQueue() && !fl.waitsInQueue() || started && f.depthLocked(t, now) > depth {
+	switch {
+	case seen && prev.waitsInQueue() && !fl.waitsInQueue(), started && f.depthLocked(t, now) > depth:
+		return f.wakeForLocked(d.Spec.TargetName)
+	case seen && !fl.queued && !prev.started() && fl.started() && t != nil && t.QueueDepth() > 0:
+		// It settled: the jobs it kept out of the target's queue may go.
 		return f.wakeForLocked(d.Spec.TargetName)
 	}
 	return nil
@@ -255,6 +259,25 @@ func (f *inflight) queuedLocked(target string) int32 {
 	var n int32
 	for _, fl := range f.byTarget[target] {
 		if fl.waitsInQueue() {
+			n++
+		}
+	}
+	return n
+}
+
+// unsettledLocked counts the flights to a Kubernetes spoke t sent to fit
+// now that have not started: until every pod of one runs, the spoke's
+// status counts those bound as the record counts them all, so its room may
+// be larger than it looks. A Slurm job's allocation is whole: none on
+// another target. The caller holds mu.
+func (f *inflight) unsettledLocked(t *v1alpha1.Target) int32 {
+	if t.Spec.Type != v1alpha1.TargetTypeKubernetes {
+		return 0
+	}
+	target := t.Name
+	var n int32
+	for _, fl := range f.byTarget[target] {
+		if !fl.queued && !fl.started() {
 			n++
 		}
 	}

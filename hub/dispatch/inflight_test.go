@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"testing"
 	"time"
@@ -30,24 +29,16 @@ func TestParallelBookingsNeverOverbook(t *testing.T) {
 	for i := range free {
 		free[i] = 8
 	}
-	target := tyt.MakeKubernetesTarget("gpu-a", "h100").AgentNamespace("agents").Available().
+	target := spokeTarget("gpu-a", "h100").AgentNamespace("agents").Available().
 		FreeGPUsPerNode(free...).MaxGPUsPerNode(8).Obj()
 	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(target).Build()
 	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
 	req := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 8}}}
 
-	booked, waited := map[string]int64{}, 0
-	decideInParallel(t, r, jobs, req, func(_ *kueue.Workload, b booking, err error) {
-		var noPlace placementError
-		switch {
-		case errors.As(err, &noPlace):
-			waited++
-		case err != nil:
-			t.Errorf("chooseAndBook: %v", err)
-		default:
-			for _, res := range b.decision.Reservations() {
-				booked[res.Node] += res.GPUs
-			}
+	booked := map[string]int64{}
+	waited := decideInParallel(t, r, jobs, req, func(_ *kueue.Workload, b booking) {
+		for _, res := range b.decision.Reservations() {
+			booked[res.Node] += res.GPUs
 		}
 	})
 	if len(booked) != nodes || waited != jobs-nodes {
@@ -90,7 +81,7 @@ func TestWatchTakesOverBookings(t *testing.T) {
 	f.bookLocked("agents/b", "gpu-a", "b", types.NamespacedName{Namespace: "team-a", Name: "b"}, 4, nil, false, t0)
 	f.waitLocked(waiter, waitingFor(1, "h100"))
 	f.mu.Unlock()
-	f.recordTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(16).Obj())
+	f.recordTarget(spokeTarget("gpu-a", "h100").Available().FreeGPUs(16).Obj())
 	if !f.booked("a") || count() != 12 {
 		t.Fatalf("booked(a) = %v, in flight %d; want true, 12", f.booked("a"), count())
 	}
@@ -158,7 +149,7 @@ func TestRunningLeavesFlightWithTheCountingReading(t *testing.T) {
 }
 
 func TestMayHaveMoreRoom(t *testing.T) {
-	base := tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUsPerNode(8, 0).MaxGPUsPerNode(8)
+	base := spokeTarget("gpu-a", "h100").Available().FreeGPUsPerNode(8, 0).MaxGPUsPerNode(8)
 	heartbeat := base.Clone().Obj()
 	heartbeat.Status.LastHeartbeatTime = &metav1.Time{Time: t0}
 	cases := map[string]struct {
@@ -194,7 +185,7 @@ func TestTargetChangesWakeOnlyWhomTheyAffect(t *testing.T) {
 	waiter := types.NamespacedName{Namespace: "team-a", Name: "waiter"}
 	r.flight.waitLocked(waiter, waitingFor(1, "h100"))
 
-	base := tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(8)
+	base := spokeTarget("gpu-a", "h100").Available().FreeGPUs(8)
 	beat := base.Clone().Obj()
 	beat.Status.LastHeartbeatTime = &metav1.Time{Time: t0}
 	onTarget := types.NamespacedName{Namespace: "team-a", Name: "running"}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -34,14 +36,9 @@ func TestParallelQueueingHonoursDepth(t *testing.T) {
 	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
 	req := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 1}}}
 
-	fits, queued, waited := 0, 0, 0
-	decideInParallel(t, r, jobs, req, func(wl *kueue.Workload, b booking, err error) {
-		var noPlace placementError
+	fits, queued := 0, 0
+	waited := decideInParallel(t, r, jobs, req, func(wl *kueue.Workload, b booking) {
 		switch {
-		case errors.As(err, &noPlace):
-			waited++
-		case err != nil:
-			t.Errorf("chooseAndBook: %v", err)
 		case b.decision.Queued:
 			queued++
 			d := buildDispatch(target, wl, &v1alpha1.TrainJobSnapshot{}, &v1alpha1.RuntimeSnapshot{}, req, b.decision, 1)
@@ -57,13 +54,66 @@ func TestParallelQueueingHonoursDepth(t *testing.T) {
 	}
 }
 
+// TestKubernetesQueueWaitsForSettledRoom: on a full Kubernetes spoke, a
+// job of one pod is queued only while nothing sent to fit there is still
+// starting (the spoke's status may count its bound pods twice, and "no
+// room" may be wrong); once that job runs, the waiting wake and the queue
+// fills to the spoke's depth. Jobs of several pods never queue.
+func TestKubernetesQueueWaitsForSettledRoom(t *testing.T) {
+	const jobs = 6
+	target := tyt.MakeKubernetesTarget("gpu-a", "h100").AgentNamespace("agents").Available().
+		FreeGPUsPerNode(1, 0).MaxGPUsPerNode(4).Obj()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(target).Build()
+	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
+	r.flight.recordTarget(target)
+	onePod := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 1}}}
+
+	var fit string
+	count := func(req placement.Request) (fits, queued, waited int) {
+		waited = decideInParallel(t, r, jobs, req, func(_ *kueue.Workload, b booking) {
+			if b.decision.Queued {
+				queued++
+				return
+			}
+			fits++
+			fit = b.key
+		})
+		return fits, queued, waited
+	}
+	if fits, queued, waited := count(onePod); fits != 1 || queued != 0 || waited != jobs-1 {
+		t.Fatalf("while the job that fit starts: %d fit, %d queued, %d wait; want 1, 0, %d", fits, queued, waited, jobs-1)
+	}
+	d := pendingDispatch(fit[len("agents/"):], "gpu-a", v1alpha1.DispatchSubmitted)
+	d.Namespace = "agents"
+	r.flight.observe(d, 1)
+	d.Status.Phase, d.Status.StartTime = v1alpha1.DispatchRunning, &metav1.Time{Time: t0}
+	if wake := r.flight.observe(d, 1); len(wake) == 0 {
+		t.Errorf("the job that fit started: woke none, want the line")
+	}
+	several := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 2, GPUsPerPod: 1}}}
+	if fits, queued, waited := count(several); fits != 0 || queued != 0 || waited != jobs {
+		t.Errorf("jobs of two pods: %d fit, %d queued, %d wait; want 0, 0, %d", fits, queued, waited, jobs)
+	}
+	if fits, queued, waited := count(onePod); fits != 0 || queued != int(v1alpha1.DefaultKubernetesQueueDepth) ||
+		waited != jobs-int(v1alpha1.DefaultKubernetesQueueDepth) {
+		t.Errorf("once it runs: %d fit, %d queued, %d wait; want 0, %d, %d", fits, queued, waited,
+			v1alpha1.DefaultKubernetesQueueDepth, jobs-int(v1alpha1.DefaultKubernetesQueueDepth))
+	}
+}
+
+// decided numbers the Workloads decideInParallel makes, so that each call
+// decides for new ones.
+var decided atomic.Int64
+
 // decideInParallel runs one decision per job at once, each for its own
-// Workload, and hands each outcome to record, one at a time.
-func decideInParallel(t *testing.T, r *Reconciler, jobs int, req placement.Request, record func(*kueue.Workload, booking, error)) {
+// new Workload, and hands each booking to placed, one at a time. It
+// returns how many found no room.
+func decideInParallel(t *testing.T, r *Reconciler, jobs int, req placement.Request, placed func(*kueue.Workload, booking)) (waited int) {
 	t.Helper()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for i := range jobs {
+	for range jobs {
+		i := decided.Add(1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -71,10 +121,19 @@ func decideInParallel(t *testing.T, r *Reconciler, jobs int, req placement.Reque
 			b, err := r.chooseAndBook(context.Background(), wl, req, nil, dispatchName(wl, 1))
 			mu.Lock()
 			defer mu.Unlock()
-			record(wl, b, err)
+			var noPlace placementError
+			switch {
+			case errors.As(err, &noPlace):
+				waited++
+			case err != nil:
+				t.Errorf("chooseAndBook: %v", err)
+			default:
+				placed(wl, b)
+			}
 		}()
 	}
 	wg.Wait()
+	return waited
 }
 
 // TestQueuedStartWakesWaiting: a queued Dispatch holds its place in the
@@ -121,7 +180,7 @@ func TestQueuedStartWakesWaiting(t *testing.T) {
 func TestCounts(t *testing.T) {
 	f := newInflight()
 	f.recordTarget(tyt.MakeSlurmTarget("hpc", "hpc", "gpu").Obj())
-	f.recordTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Obj())
+	f.recordTarget(spokeTarget("gpu-a", "h100").Obj())
 	q := pendingDispatch("q", "hpc", v1alpha1.DispatchSubmitted)
 	q.Annotations = map[string]string{v1alpha1.AnnotationQueued: "true"}
 	f.observe(q, 1)

@@ -48,7 +48,7 @@ type outcome struct {
 }
 
 func gpuTarget() *tyt.TargetWrapper {
-	w := tyt.MakeKubernetesTarget("gpu-a", "h100").AgentNamespace("agents").Available()
+	w := spokeTarget("gpu-a", "h100").AgentNamespace("agents").Available()
 	w.Finalizers = []string{TargetFinalizer}
 	return w
 }
@@ -378,7 +378,7 @@ func TestTargetDrainer(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			w := tyt.MakeKubernetesTarget("gpu-a", "h100").AgentNamespace("agents")
+			w := spokeTarget("gpu-a", "h100").AgentNamespace("agents")
 			if tc.held {
 				w.Finalizers = []string{TargetFinalizer}
 			}

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // BenchmarkWakeUp is one wake-up (a Dispatch ending, a heartbeat with more
@@ -22,7 +20,7 @@ func BenchmarkWakeUp(b *testing.B) {
 			waiter{gpus: 1, flavors: []string{"h100"}, priority: int32(i % 3), since: t0.Add(time.Duration(i) * time.Millisecond)})
 	}
 	f.mu.Unlock()
-	target := tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj()
+	target := spokeTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj()
 	f.recordTarget(target)
 	b.ResetTimer()
 	for range b.N {

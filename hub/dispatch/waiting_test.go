@@ -58,24 +58,24 @@ func TestWakeUpsAreSizedToTheRoom(t *testing.T) {
 		want     []string
 	}{
 		"no room: only the first in line": {
-			target: tyt.MakeKubernetesTarget("gpu-a", "h100").Available().Obj(),
+			target: spokeTarget("gpu-a", "h100").Available().Obj(),
 			want:   []string{"urgent"},
 		},
 		"room for the first in line by priority": {
-			target: tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(8).Obj(),
+			target: spokeTarget("gpu-a", "h100").Available().FreeGPUs(8).Obj(),
 			want:   []string{"urgent"},
 		},
 		"room for more: the line in order as far as it fits": {
-			target: tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(14).Obj(),
+			target: spokeTarget("gpu-a", "h100").Available().FreeGPUs(14).Obj(),
 			want:   []string{"urgent", "first", "second"},
 		},
 		"a job too large for what is left is passed over, not the ones behind it": {
-			target:  tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(5).Obj(),
+			target:  spokeTarget("gpu-a", "h100").Available().FreeGPUs(5).Obj(),
 			waiting: []string{"first", "second", "third"},
 			want:    []string{"first"},
 		},
 		"what is in flight is not room": {
-			target:   tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(16).Obj(),
+			target:   spokeTarget("gpu-a", "h100").Available().FreeGPUs(16).Obj(),
 			inFlight: 10,
 			waiting:  []string{"first", "second", "third"},
 			want:     []string{"first", "second"},
@@ -86,17 +86,17 @@ func TestWakeUpsAreSizedToTheRoom(t *testing.T) {
 			want:    []string{"first", "second"},
 		},
 		"a target it could never run on does not wake it": {
-			target:  tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj(),
+			target:  spokeTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj(),
 			waiting: []string{"never-here", "second"},
 			want:    []string{"second"},
 		},
 		"a target of another flavor wakes only its own": {
-			target: tyt.MakeKubernetesTarget("gpu-b", "a100").Available().FreeGPUs(8).Obj(),
+			target: spokeTarget("gpu-b", "a100").Available().FreeGPUs(8).Obj(),
 			want:   []string{"other"},
 		},
 		"a target judged ineligible at another spec asks again": {
 			target: func() *v1alpha1.Target {
-				t := tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj()
+				t := spokeTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj()
 				t.Generation = 1
 				return t
 			}(),
@@ -104,7 +104,7 @@ func TestWakeUpsAreSizedToTheRoom(t *testing.T) {
 			want:    []string{"never-here"},
 		},
 		"a target another job could never use still wakes it elsewhere": {
-			target:  tyt.MakeKubernetesTarget("gpu-b", "h100").Available().FreeGPUs(1).Obj(),
+			target:  spokeTarget("gpu-b", "h100").Available().FreeGPUs(1).Obj(),
 			waiting: []string{"never-here"},
 			want:    []string{"never-here"},
 		},
@@ -151,7 +151,7 @@ func TestWaitingKeepsItsPlace(t *testing.T) {
 	if got := f.waiting[early].waitedFrom; !got.Equal(t0) {
 		t.Errorf("waited from %v, want the first failure %v", got, t0)
 	}
-	got := names(f.noteTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(8).Obj()))
+	got := names(f.noteTarget(spokeTarget("gpu-a", "h100").Available().FreeGPUs(8).Obj()))
 	if diff := cmp.Diff([]string{"early"}, got); diff != "" {
 		t.Errorf("woken (-want +got):\n%s", diff)
 	}
@@ -167,9 +167,9 @@ func TestSweepOffersEveryTargetsRoom(t *testing.T) {
 		f.waitLocked(types.NamespacedName{Namespace: "team-a", Name: flavor}, waiter{gpus: 1, flavors: []string{flavor}, since: t0.Add(time.Duration(i))})
 	}
 	f.mu.Unlock()
-	f.recordTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj())
-	f.recordTarget(tyt.MakeKubernetesTarget("gpu-b", "a100").Available().FreeGPUs(1).Obj())
-	gone := tyt.MakeKubernetesTarget("gpu-c", "gone").Available().FreeGPUs(1).Obj()
+	f.recordTarget(spokeTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj())
+	f.recordTarget(spokeTarget("gpu-b", "a100").Available().FreeGPUs(1).Obj())
+	gone := spokeTarget("gpu-c", "gone").Available().FreeGPUs(1).Obj()
 	f.recordTarget(gone)
 	if got := names(f.forgetTarget(gone)); !cmp.Equal([]string{"gone"}, got) {
 		t.Errorf("a deleted target woke %v, want those waiting for it", got)
@@ -200,8 +200,8 @@ func TestNoRoomKeepsTheCheckPending(t *testing.T) {
 	fuller := fmt.Errorf("%w for flavor h100: gpu-a: 0 GPUs free, job needs 8; gpu-b: paused", placement.ErrNoCapacity)
 	_, otherFlavors := placement.Choose(placement.Request{Flavors: []string{"h100"}, QueueFlavors: []string{"h100", "a100"},
 		PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 1}}}, []placement.Candidate{
-		{Target: tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(8).Obj(), Ineligible: "no command"},
-		{Target: tyt.MakeKubernetesTarget("gpu-b", "a100").Available().FreeGPUs(8).Obj()},
+		{Target: spokeTarget("gpu-a", "h100").Available().FreeGPUs(8).Obj(), Ineligible: "no command"},
+		{Target: spokeTarget("gpu-b", "a100").Available().FreeGPUs(8).Obj()},
 	})
 	noTarget := fmt.Errorf("%w h100", placement.ErrNoTarget)
 	cases := map[string]struct {
@@ -288,7 +288,7 @@ func TestWaitingPassesWaitForAWakeUp(t *testing.T) {
 	if r.stillWaiting(checkless) {
 		t.Errorf("a checkless job waits")
 	}
-	r.flight.noteTarget(tyt.MakeKubernetesTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj())
+	r.flight.noteTarget(spokeTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj())
 	if r.stillWaiting(waiting) {
 		t.Errorf("a woken Workload waits")
 	}
@@ -321,7 +321,7 @@ func TestFreedRoomGoesToTheLine(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			target := tyt.MakeKubernetesTarget("gpu-a", "h100").AgentNamespace("agents").Available().FreeGPUs(4).Obj()
+			target := spokeTarget("gpu-a", "h100").AgentNamespace("agents").Available().FreeGPUs(4).Obj()
 			c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(target).Build()
 			clk := clocktesting.NewFakeClock(t0)
 			r := NewReconciler(c, c, nil, clk, Options{})

@@ -82,6 +82,12 @@ type Candidate struct {
 	// had free (Decision.Queued) that have not started yet: they count
 	// against the target's queue depth (Target.QueueDepth).
 	Queued int32
+	// Unsettled is how many jobs the hub sent to this Kubernetes spoke to
+	// fit now that have not started: its free GPUs may count their bound
+	// pods as well as InFlightGPUs does, so that it may have more room than
+	// it seems. While any candidate has one, no job is queued (a job queued
+	// on the wrong guess waits in one cluster while another has room).
+	Unsettled int32
 	// QueueDepth is the target's queue depth for this decision when the
 	// hub deepened it (its adaptive depth); below Target.QueueDepth() it
 	// is not read.

@@ -18,10 +18,15 @@ func queued(w *tyt.TargetWrapper, n int32, inFlight int64) Candidate {
 }
 
 // TestChooseQueueDepth: a job that fits nowhere waits in a Slurm
-// cluster's own queue up to its queue depth, only once no target has room,
-// and never when it is bound to one domain or could never run there.
+// cluster's or a Kubernetes spoke's own queue up to its queue depth, only
+// once no target has room, and never when it is bound to one domain, could
+// never run there, or is several pods on a Kubernetes spoke.
 func TestChooseQueueDepth(t *testing.T) {
 	full := func(name string) *tyt.TargetWrapper { return slurmTarget(name, 0, 0, 0, 0) }
+	// fullSpoke is a full Kubernetes spoke at the API's default depth.
+	fullSpoke := func() *tyt.TargetWrapper {
+		return tyt.MakeKubernetesTarget("k8s", "h100").Available().FreeGPUsPerNode(0, 0)
+	}
 	runChoose(t, map[string]chooseCase{
 		"fits: not queued": {
 			req:        job(1, 1),
@@ -75,10 +80,36 @@ func TestChooseQueueDepth(t *testing.T) {
 				queued(full("c").SlurmQueueDepth(3), 0, 0)},
 			want: Decision{Target: "b", FreeAfter: -1, Queued: true},
 		},
-		"Kubernetes targets have no queue": {
+		"Kubernetes: a job of one pod queued under the default depth": {
 			req:        job(1, 1),
-			candidates: []Candidate{cand(target("k8s").FreeGPUsPerNode(0, 0))},
+			candidates: []Candidate{cand(fullSpoke())},
+			want:       Decision{Target: "k8s", FreeAfter: -1, Queued: true},
+		},
+		"Kubernetes: the default depth is one job": {
+			req:        job(1, 1),
+			candidates: []Candidate{queued(fullSpoke(), v1alpha1.DefaultKubernetesQueueDepth, 1)},
 			wantErr:    ErrNoCapacity,
+		},
+		"Kubernetes: a job of several pods waits on the hub": {
+			req:        job(2, 1),
+			candidates: []Candidate{cand(fullSpoke())},
+			wantErr:    ErrNoCapacity,
+		},
+		"Kubernetes: a job starting on any candidate keeps the job on the hub": {
+			req:        job(1, 1),
+			candidates: []Candidate{cand(fullSpoke()), {Target: full("hpc").Obj(), Unsettled: 1}},
+			wantErr:    ErrNoCapacity,
+		},
+		"Kubernetes: depth 0 never queues": {
+			req:        job(1, 1),
+			candidates: []Candidate{cand(fullSpoke().KubernetesQueueDepth(0))},
+			wantErr:    ErrNoCapacity,
+		},
+		"Kubernetes: a one-pod job with a pod set of none": {
+			req: Request{Flavors: []string{"h100"}, PodSets: []PodSet{{Name: "init", Count: 0},
+				{Name: "node", Count: 1, GPUsPerPod: 1}}},
+			candidates: []Candidate{cand(fullSpoke().KubernetesQueueDepth(3))},
+			want:       Decision{Target: "k8s", FreeAfter: -1, Queued: true},
 		},
 		"unavailable: not queued": {
 			req:        job(1, 1),

@@ -103,6 +103,15 @@ func (w *TargetWrapper) SlurmTopologyFile(path string) *TargetWrapper {
 	return w
 }
 
+// KubernetesQueueDepth sets spec.kubernetes.queueDepth.
+func (w *TargetWrapper) KubernetesQueueDepth(n int32) *TargetWrapper {
+	if w.Spec.Kubernetes == nil {
+		w.Spec.Kubernetes = &v1alpha1.KubernetesTarget{}
+	}
+	w.Spec.Kubernetes.QueueDepth = &n
+	return w
+}
+
 // SlurmQueueDepth sets spec.slurm.queueDepth.
 func (w *TargetWrapper) SlurmQueueDepth(n int32) *TargetWrapper {
 	w.Spec.Slurm.QueueDepth = &n
