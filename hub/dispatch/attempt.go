@@ -480,6 +480,11 @@ func buildDispatch(t *v1alpha1.Target, wl *kueue.Workload, tjSnap *v1alpha1.Trai
 				v1alpha1.LabelAttempt:           strconv.Itoa(int(attempt)),
 			},
 			Annotations: map[string]string{v1alpha1.AnnotationGPUs: strconv.FormatInt(req.GPUs(), 10)},
+			// The agent's finalizer is on from the start, so the agent need
+			// not patch it on (a hub write per job saved) and no remote
+			// work can exist without it. The agent removes it once its work
+			// is gone; the hub, when the target is lost (letGo).
+			Finalizers: []string{v1alpha1.RemoteCleanupFinalizer},
 		},
 		Spec: v1alpha1.DispatchSpec{
 			Workload:   v1alpha1.WorkloadReference{Namespace: wl.Namespace, Name: wl.Name, UID: wl.UID},

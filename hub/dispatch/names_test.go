@@ -245,3 +245,17 @@ func testScheme(t *testing.T) *runtime.Scheme {
 	}
 	return s
 }
+
+// TestDispatchIsBornWithTheAgentsFinalizer: the hub creates each Dispatch
+// with the agent's finalizer on, so the agent writes no patch for it and no
+// remote work ever exists without it.
+func TestDispatchIsBornWithTheAgentsFinalizer(t *testing.T) {
+	wl := kueuetesting.MakeWorkload("wl", "team-a").UID("uid").Obj()
+	target := &v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Name: "spoke-a"},
+		Spec: v1alpha1.TargetSpec{Agent: v1alpha1.AgentIdentity{Namespace: "agents"}}}
+	d := buildDispatch(target, wl, &v1alpha1.TrainJobSnapshot{}, &v1alpha1.RuntimeSnapshot{},
+		placement.Request{}, placement.Decision{Target: target.Name}, 1)
+	if diff := cmp.Diff([]string{v1alpha1.RemoteCleanupFinalizer}, d.Finalizers); diff != "" {
+		t.Errorf("finalizers (-want +got):\n%s", diff)
+	}
+}
