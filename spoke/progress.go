@@ -9,14 +9,21 @@ import (
 
 // carryProgress puts the job's latest report into status when it is due
 // (statusapi.Reports paces each Dispatch; the report of work that has just
-// ended is due at once) and returns it, for progressWritten.
+// ended is due at once), adds it to the status's bounded progress history,
+// and returns it, for progressWritten.
 func (r *DispatchReconciler) carryProgress(d *v1alpha1.Dispatch, status *v1alpha1.DispatchStatus) *trainer.TrainerStatus {
 	if r.Progress == nil {
 		return nil
 	}
-	report := r.Progress.Due(d.UID, r.Clock.Now(), status.Phase.IsFinal())
+	final := status.Phase.IsFinal()
+	report := r.Progress.Due(d.UID, r.Clock.Now(), final)
 	if report != nil && !equality.Semantic.DeepEqual(report, status.TrainerStatus) {
 		status.TrainerStatus = report
+		// The history rides on the same write; the Dispatch holds it, so
+		// it outlives a restart of the agent.
+		if h, changed := v1alpha1.RecordProgress(status.ProgressHistory, report, final); changed {
+			status.ProgressHistory = h
+		}
 	}
 	return report
 }

@@ -2,6 +2,7 @@ package spoke
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -74,7 +75,18 @@ func TestAgentCarriesProgressAtItsPace(t *testing.T) {
 	if got := pass(); pct(got) != 100 || got.Status.Phase != v1alpha1.DispatchSucceeded {
 		t.Errorf("at the end: progress %d in phase %s, want 100 and Succeeded", pct(got), got.Status.Phase)
 	}
-	pass()
+	// The history keeps reports a step (30 s) apart by their time: 20 was
+	// made 10 s after 10 and is left out; the last one of finished work
+	// is kept although it came within a step.
+	var history []int32
+	if h := pass().Status.ProgressHistory; h != nil {
+		for _, p := range h.Points {
+			history = append(history, ptr.Deref(p.ProgressPercentage, -1))
+		}
+	}
+	if want := []int32{10, 100}; !slices.Equal(history, want) {
+		t.Errorf("history of progress %v, want %v", history, want)
+	}
 	if reports.Len() != 0 {
 		t.Errorf("the agent keeps %d entries of finished work", reports.Len())
 	}
