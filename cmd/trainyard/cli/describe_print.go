@@ -103,7 +103,7 @@ func (p describer) progress(ts *trainer.TrainerStatus, h *v1alpha1.ProgressHisto
 		return
 	}
 	reported := p.when(&ts.LastUpdatedTime)
-	if staleReport(phase, ts.LastUpdatedTime, p.now) {
+	if StaleReport(phase, ts.LastUpdatedTime, p.now) {
 		reported += fmt.Sprintf(" (stale: no report for over %s while the job runs)", duration.HumanDuration(StaleReportAfter))
 	}
 	p.kv(1, "Last Report", reported)

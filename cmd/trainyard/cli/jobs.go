@@ -174,7 +174,7 @@ func printJobs(w io.Writer, format string, jobs []JobSummary, scope printScope, 
 			cells = append(cells, j.Namespace)
 		}
 		cells = append(cells, j.Name, orNone(j.Queue), orNone(j.Target), j.Phase,
-			progressCell(j.Progress, j.Phase, now), etaCell(j.Progress, j.Phase, now), age(now, j.Created))
+			ProgressCell(j.Progress, j.Phase, now), ETACell(j.Progress, j.Phase, now), age(now, j.Created))
 		if wide {
 			attempt := none
 			if j.Attempt > 0 {

@@ -268,7 +268,7 @@ func TestProgressCells(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := []string{progressCell(tc.p, tc.phase, now), etaCell(tc.p, tc.phase, now)}
+			got := []string{ProgressCell(tc.p, tc.phase, now), ETACell(tc.p, tc.phase, now)}
 			if diff := cmp.Diff([]string{tc.progress, tc.eta}, got); diff != "" {
 				t.Errorf("PROGRESS, ETA (-want +got):\n%s", diff)
 			}

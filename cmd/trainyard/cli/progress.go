@@ -46,31 +46,31 @@ func finished(phase string) bool {
 	return phase == StateFinished || v1alpha1.DispatchPhase(phase).IsFinal()
 }
 
-// staleReport says whether the report made at reported of a job in phase is
+// StaleReport says whether the report made at reported of a job in phase is
 // stale at now.
-func staleReport(phase string, reported metav1.Time, now time.Time) bool {
+func StaleReport(phase string, reported metav1.Time, now time.Time) bool {
 	return !finished(phase) && !reported.IsZero() && now.Sub(reported.Time) > StaleReportAfter
 }
 
-// progressCell is the PROGRESS column: "42%", "42% (stale 12m)" when the
+// ProgressCell is the PROGRESS column: "42%", "42% (stale 12m)" when the
 // report is stale, "-" without a report or a percentage.
-func progressCell(p *ProgressSummary, phase string, now time.Time) string {
+func ProgressCell(p *ProgressSummary, phase string, now time.Time) string {
 	if p == nil || p.Percent == nil {
 		return noValue
 	}
 	s := fmt.Sprintf("%d%%", *p.Percent)
-	if staleReport(phase, p.Reported, now) {
+	if StaleReport(phase, p.Reported, now) {
 		s += " (stale " + duration.HumanDuration(now.Sub(p.Reported.Time)) + ")"
 	}
 	return s
 }
 
-// etaCell is the ETA column: the time the job's last report estimated it
+// ETACell is the ETA column: the time the job's last report estimated it
 // still needs, less the time since that report; "-" without an estimate,
 // for a finished job, or when the report is stale (its estimate says
 // nothing any more).
-func etaCell(p *ProgressSummary, phase string, now time.Time) string {
-	if p == nil || p.RemainingSeconds == nil || finished(phase) || staleReport(phase, p.Reported, now) {
+func ETACell(p *ProgressSummary, phase string, now time.Time) string {
+	if p == nil || p.RemainingSeconds == nil || finished(phase) || StaleReport(phase, p.Reported, now) {
 		return noValue
 	}
 	left := time.Duration(*p.RemainingSeconds) * time.Second
@@ -109,7 +109,7 @@ func ProgressText(ts *trainer.TrainerStatus, phase string, now time.Time) string
 	if p.Percent != nil {
 		s = strconv.Itoa(int(*p.Percent)) + "%"
 	}
-	if eta := etaCell(p, phase, now); eta != noValue {
+	if eta := ETACell(p, phase, now); eta != noValue {
 		s += ", ETA " + eta
 	}
 	return s
