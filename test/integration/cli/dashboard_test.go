@@ -113,7 +113,7 @@ func seedQuota(t *testing.T) {
 // the seeded hub: the fleet map shows the targets and llama running on
 // spoke-1 in rack-a with its progress bar, a target added later appears
 // without a reload, the job page shows the placement, the progress bar and
-// the metric curves, and a screenshot of the fleet page is kept.
+// the metric curves, and screenshots of the fleet and job pages are kept.
 func TestDashboardInChromium(t *testing.T) {
 	exe := chromium(t)
 	g := NewWithT(t)
@@ -160,7 +160,7 @@ func TestDashboardInChromium(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(quota).To(ContainSubstring("12 / 8 (150%)"))
 
-	screenshot(t, ctx)
+	screenshot(t, ctx, "fleet.png")
 
 	// A target that joins shows up without a reload.
 	late := tytesting.MakeKubernetesTarget("spoke-late", gpuFlavor).Obj()
@@ -180,6 +180,7 @@ func TestDashboardInChromium(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect([]string{placed.Value, phase}).To(Equal([]string{"spoke-1", "Running"}), "llama's page")
 	checkProgress(t, ctx, g)
+	screenshot(t, ctx, "job.png")
 }
 
 // progressDOM is what Chromium made of the job page's progress: the bar's
@@ -222,10 +223,11 @@ func checkProgress(t *testing.T, ctx context.Context, g Gomega) {
 	}
 }
 
-// screenshot keeps a PNG of the fleet page under $TRAINYARD_ARTIFACTS (or
-// the test's temporary folder); TRAINYARD_UPDATE_SCREENSHOT=1 also writes
-// it to docs/images/dashboard.png for the README.
-func screenshot(t *testing.T, ctx context.Context) {
+// screenshot keeps a PNG of the page shown, as name (fleet.png, job.png),
+// under $TRAINYARD_ARTIFACTS (or the test's temporary folder);
+// TRAINYARD_UPDATE_SCREENSHOT=1 also writes the fleet page to
+// docs/images/dashboard.png for the README.
+func screenshot(t *testing.T, ctx context.Context, name string) {
 	png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(`main`), chromedp.NodeVisible))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
@@ -237,8 +239,8 @@ func screenshot(t *testing.T, ctx context.Context) {
 	if a := os.Getenv("TRAINYARD_ARTIFACTS"); a != "" {
 		dir = filepath.Join(a, "dashboard")
 	}
-	paths := []string{filepath.Join(dir, "fleet.png")}
-	if os.Getenv("TRAINYARD_UPDATE_SCREENSHOT") == "1" {
+	paths := []string{filepath.Join(dir, name)}
+	if os.Getenv("TRAINYARD_UPDATE_SCREENSHOT") == "1" && name == "fleet.png" {
 		paths = append(paths, filepath.Join("..", "..", "..", "docs", "images", "dashboard.png"))
 	}
 	for _, p := range paths {
@@ -246,6 +248,6 @@ func screenshot(t *testing.T, ctx context.Context) {
 		if err != nil {
 			t.Fatalf("save screenshot: %v", err)
 		}
-		t.Logf("screenshot of the fleet page: %s", p)
+		t.Logf("screenshot of the page: %s", p)
 	}
 }
