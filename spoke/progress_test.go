@@ -91,3 +91,23 @@ func TestAgentCarriesProgressAtItsPace(t *testing.T) {
 		t.Errorf("the agent keeps %d entries of finished work", reports.Len())
 	}
 }
+
+func TestHistoryPointNeverLaterThanNow(t *testing.T) {
+	cases := map[string]struct {
+		at, want time.Time
+	}{
+		"a report of the past keeps its time": {at: t0.Add(-time.Minute), want: t0.Add(-time.Minute)},
+		"one from a clock ahead is now":       {at: t0.Add(24 * time.Hour), want: t0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			report := progressAt(10, tc.at)
+			if got := historyPoint(report, t0).LastUpdatedTime.Time; !got.Equal(tc.want) {
+				t.Errorf("point at %s, want %s", got, tc.want)
+			}
+			if !report.LastUpdatedTime.Time.Equal(tc.at) {
+				t.Errorf("the report was changed")
+			}
+		})
+	}
+}
