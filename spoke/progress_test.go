@@ -2,6 +2,7 @@ package spoke
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -74,8 +75,39 @@ func TestAgentCarriesProgressAtItsPace(t *testing.T) {
 	if got := pass(); pct(got) != 100 || got.Status.Phase != v1alpha1.DispatchSucceeded {
 		t.Errorf("at the end: progress %d in phase %s, want 100 and Succeeded", pct(got), got.Status.Phase)
 	}
-	pass()
+	// The history keeps reports a step (30 s) apart by their time: 20 was
+	// made 10 s after 10 and is left out; the last one of finished work
+	// is kept although it came within a step.
+	var history []int32
+	if h := pass().Status.ProgressHistory; h != nil {
+		for _, p := range h.Points {
+			history = append(history, ptr.Deref(p.ProgressPercentage, -1))
+		}
+	}
+	if want := []int32{10, 100}; !slices.Equal(history, want) {
+		t.Errorf("history of progress %v, want %v", history, want)
+	}
 	if reports.Len() != 0 {
 		t.Errorf("the agent keeps %d entries of finished work", reports.Len())
+	}
+}
+
+func TestHistoryPointNeverLaterThanNow(t *testing.T) {
+	cases := map[string]struct {
+		at, want time.Time
+	}{
+		"a report of the past keeps its time": {at: t0.Add(-time.Minute), want: t0.Add(-time.Minute)},
+		"one from a clock ahead is now":       {at: t0.Add(24 * time.Hour), want: t0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			report := progressAt(10, tc.at)
+			if got := historyPoint(report, t0).LastUpdatedTime.Time; !got.Equal(tc.want) {
+				t.Errorf("point at %s, want %s", got, tc.want)
+			}
+			if !report.LastUpdatedTime.Time.Equal(tc.at) {
+				t.Errorf("the report was changed")
+			}
+		})
 	}
 }

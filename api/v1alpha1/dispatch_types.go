@@ -332,6 +332,12 @@ type DispatchStatus struct {
 	// into the TrainJob's status.trainerStatus.
 	// +optional
 	TrainerStatus *trainer.TrainerStatus `json:"trainerStatus,omitempty"`
+
+	// progressHistory is this attempt's reports over its life, bounded
+	// (ProgressHistory): the agent adds each report it writes here. The hub
+	// copies it onto the TrainJob (AnnotationProgressHistory).
+	// +optional
+	ProgressHistory *ProgressHistory `json:"progressHistory,omitempty"`
 }
 
 // Dispatch records that one attempt of one admitted Kueue Workload runs on

@@ -11,6 +11,7 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -19,8 +20,11 @@ import (
 )
 
 // Summarizer writes the PlacementSummary of each TrainJob's live Dispatch
-// onto the TrainJob (v1alpha1.AnnotationPlacement), so its owner can see
-// where and how it runs without reading Dispatches.
+// onto the TrainJob (v1alpha1.AnnotationPlacement), and its progress
+// history (v1alpha1.AnnotationProgressHistory), so its owner can see where
+// and how it runs without reading Dispatches. The history changes at most
+// once a step (30 s, doubling as the job runs longer), so it adds few
+// writes to the summary's.
 type Summarizer struct {
 	// Client reads Dispatches and Workloads (cached) and patches TrainJobs.
 	Client client.Client
@@ -71,17 +75,39 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: wl.Namespace, Name: owner.Name}, &tj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if tj.UID != owner.UID || tj.Annotations[v1alpha1.AnnotationPlacement] == string(raw) {
+	history, err := historyAnnotation(&d)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if tj.UID != owner.UID || (tj.Annotations[v1alpha1.AnnotationPlacement] == string(raw) &&
+		tj.Annotations[v1alpha1.AnnotationProgressHistory] == ptr.Deref(history, "")) {
 		return ctrl.Result{}, nil
 	}
-	// A merge patch of this one annotation: nothing else of the TrainJob
-	// is the summarizer's.
+	// A merge patch of these two annotations: nothing else of the
+	// TrainJob is the summarizer's. A null removes an older attempt's
+	// history.
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{v1alpha1.AnnotationPlacement: string(raw)}}})
+		"annotations": map[string]*string{v1alpha1.AnnotationPlacement: ptr.To(string(raw)), v1alpha1.AnnotationProgressHistory: history}}})
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, client.IgnoreNotFound(s.Client.Patch(ctx, &tj, client.RawPatch("application/merge-patch+json", patch)))
+}
+
+// historyAnnotation is d's progress history as the TrainJob carries it
+// (AnnotationProgressHistory), bounded again so the hub never copies more
+// than the bound, or nil when d has none.
+func historyAnnotation(d *v1alpha1.Dispatch) (*string, error) {
+	h := d.Status.ProgressHistory.DeepCopy()
+	if h == nil || len(h.Points) == 0 {
+		return nil, nil
+	}
+	h.Bound()
+	raw, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	return ptr.To(string(raw)), nil
 }
 
 // Summarize is the tenant's view of d: no runtime snapshot, command, env

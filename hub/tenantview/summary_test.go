@@ -112,3 +112,62 @@ func TestSummaryWaitsForTheFirstPhases(t *testing.T) {
 		})
 	}
 }
+
+// TestProgressHistoryOnTheTrainJob: the live Dispatch's history is copied
+// onto its TrainJob, an older attempt's never; a live Dispatch without one
+// removes what an earlier attempt left; a history over the bound is
+// thinned to it.
+func TestProgressHistoryOnTheTrainJob(t *testing.T) {
+	objs := world()
+	old, live := objs[2].(*v1alpha1.Dispatch), objs[3].(*v1alpha1.Dispatch)
+	point := func(i int) v1alpha1.ProgressPoint {
+		return v1alpha1.ProgressPoint{Time: metav1.NewTime(t0.Add(time.Duration(i) * time.Minute)), ProgressPercentage: ptr.To(int32(i % 100)), Values: []string{"0.5"}}
+	}
+	old.Status.ProgressHistory = &v1alpha1.ProgressHistory{StepSeconds: 30, Metrics: []string{"acc"}, Points: []v1alpha1.ProgressPoint{point(0)}}
+	oversized := &v1alpha1.ProgressHistory{StepSeconds: 30, Metrics: []string{"loss"}}
+	for i := range v1alpha1.MaxProgressPoints + 30 {
+		oversized.Points = append(oversized.Points, point(i))
+	}
+	live.Status.ProgressHistory = oversized
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(objs...).WithStatusSubresource(&v1alpha1.Dispatch{}).Build()
+	s := &Summarizer{Client: c, Clock: clocktesting.NewFakePassiveClock(t0.Add(time.Hour))}
+	ctx := context.Background()
+	reconcile := func() *v1alpha1.ProgressHistory {
+		t.Helper()
+		for _, name := range []string{"llama-1", "llama-2"} {
+			if _, err := s.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "agents-1", Name: name}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var tj trainer.TrainJob
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "llama"}, &tj); err != nil {
+			t.Fatal(err)
+		}
+		raw, ok := tj.Annotations[v1alpha1.AnnotationProgressHistory]
+		if !ok {
+			return nil
+		}
+		var h v1alpha1.ProgressHistory
+		if err := json.Unmarshal([]byte(raw), &h); err != nil {
+			t.Fatalf("annotation %q: %v", raw, err)
+		}
+		return &h
+	}
+
+	got := reconcile()
+	if got == nil || len(got.Points) > v1alpha1.MaxProgressPoints || got.Metrics[0] != "loss" {
+		t.Fatalf("history on the TrainJob: %+v, want the live attempt's within the bound", got)
+	}
+	if first, last := got.Points[0], got.Points[len(got.Points)-1]; !first.Time.Equal(&oversized.Points[0].Time) ||
+		!last.Time.Equal(&oversized.Points[len(oversized.Points)-1].Time) {
+		t.Errorf("history spans %s..%s, want the live attempt's whole run", first.Time, last.Time)
+	}
+
+	live.Status.ProgressHistory = nil
+	if err := c.Status().Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	if got := reconcile(); got != nil {
+		t.Errorf("a live attempt without history leaves %+v on the TrainJob", got)
+	}
+}

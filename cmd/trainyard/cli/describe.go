@@ -41,6 +41,13 @@ type Description struct {
 	Phase         string             `json:"phase"`
 	Conditions    []metav1.Condition `json:"conditions,omitempty"`
 	Workload      *WorkloadInfo      `json:"workload,omitempty"`
+	// Progress is the latest report of the job's processes: the
+	// TrainJob's status.trainerStatus, which the hub writes.
+	Progress *trainer.TrainerStatus `json:"trainerStatus,omitempty"`
+	// ProgressHistory is the live attempt's bounded record of reports:
+	// the live Dispatch's, or the hub's copy on the TrainJob for a user
+	// who may not read Dispatches.
+	ProgressHistory *v1alpha1.ProgressHistory `json:"progressHistory,omitempty"`
 	// Placement is the live Dispatch.
 	Placement *Placement `json:"placement,omitempty"`
 	// Summary is the hub's summary of the live Dispatch written on the
@@ -238,6 +245,10 @@ func describe(s jobState, trainyard map[kueue.AdmissionCheckReference]bool) *Des
 		RuntimeSource: tj.Annotations[snapshot.AnnotationSource],
 		PinnedRuntime: pinnedRuntime(tj),
 		Created:       tj.CreationTimestamp, Phase: s.phase(), Conditions: tj.Status.Conditions,
+		Progress: tj.Status.TrainerStatus, ProgressHistory: ProgressHistoryOf(tj),
+	}
+	if l := s.live; l != nil && l.Status.ProgressHistory != nil {
+		d.ProgressHistory = l.Status.ProgressHistory
 	}
 	if wl := s.wl; wl != nil {
 		d.Workload = &WorkloadInfo{Name: wl.Name, Conditions: wl.Status.Conditions}

@@ -10,7 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
@@ -68,6 +70,7 @@ func printDescription(w io.Writer, d *Description, now time.Time) error {
 	p.kv(0, "Created", p.when(&d.Created))
 	p.kv(0, "Phase", d.Phase)
 	p.conditions(0, d.Conditions)
+	p.progress(d.Progress, d.ProgressHistory, d.Phase)
 	p.workload(d.Workload)
 	if d.DispatchesHidden {
 		p.summary(d.Summary)
@@ -90,6 +93,35 @@ func (p describer) conditions(indent int, conds []metav1.Condition) {
 		rows = append(rows, []string{c.Type, string(c.Status), orNone(c.Reason), age(p.now, c.LastTransitionTime), orNone(c.Message)})
 	}
 	p.table(indent+1, []string{"Type", "Status", "Reason", "Age", "Message"}, rows)
+}
+
+// progress prints the latest report with its age and metrics, and how much
+// history the hub keeps.
+func (p describer) progress(ts *trainer.TrainerStatus, h *v1alpha1.ProgressHistory, phase string) {
+	p.kv(0, "Progress", ProgressText(ts, phase, p.now))
+	if ts == nil {
+		return
+	}
+	reported := p.when(&ts.LastUpdatedTime)
+	if StaleReport(phase, ts.LastUpdatedTime, p.now) {
+		reported += fmt.Sprintf(" (stale: no report for over %s while the job runs)", duration.HumanDuration(StaleReportAfter))
+	}
+	p.kv(1, "Last Report", reported)
+	if len(ts.Metrics) == 0 {
+		p.kv(1, "Metrics", none)
+	} else {
+		p.line(1, "Metrics:")
+		var rows [][]string
+		for _, m := range ts.Metrics {
+			// One line each, whatever the process sent.
+			rows = append(rows, []string{strings.Join(strings.Fields(m.Name), " "), strings.Join(strings.Fields(m.Value), " ")})
+		}
+		p.table(2, []string{"Name", "Value"}, rows)
+	}
+	if h != nil && len(h.Points) > 0 {
+		p.kv(1, "History", fmt.Sprintf("%d points from %s, at least %ds apart (the dashboard draws them)",
+			len(h.Points), p.when(&h.Points[0].Time), h.StepSeconds))
+	}
 }
 
 func (p describer) workload(wl *WorkloadInfo) {

@@ -94,6 +94,7 @@ func TestPrintDescription(t *testing.T) {
 				"  Type      Status    Reason          Age       Message",
 				"  ----      ------    ------          ---       -------",
 				"  Running   True      RemoteRunning   2m        running on target spoke-1 (attempt 2)",
+				"Progress:          <none> (the job's processes have not reported progress)",
 				"Workload:          trainjob-llama",
 				"  Cluster Queue:   team-a",
 				"  Conditions:",
@@ -152,6 +153,7 @@ func TestPrintDescription(t *testing.T) {
 				"  Type     Status    Reason         Age       Message",
 				"  ----     ------    ------         ---       -------",
 				"  Failed   True      RemoteFailed   60s       Failed on target hpc (attempt 1): Slurm job 42 exited with 3",
+				"Progress:             <none> (the job's processes have not reported progress)",
 				"Workload:             trainjob-sim",
 				"  Cluster Queue:      <none>",
 				"  Conditions:         <none>",
@@ -191,6 +193,7 @@ func TestPrintDescription(t *testing.T) {
 				"Created:      10m ago (2026-12-02T09:50:00Z)",
 				"Phase:        Pending",
 				"Conditions:   <none>",
+				"Progress:     <none> (the job's processes have not reported progress)",
 				"Workload:     <none> (Kueue has not made one: is the queue label set and the LocalQueue there?)",
 				"Placement:    <none> (no live Dispatch)",
 				"Events:       <none>",
@@ -269,6 +272,69 @@ func TestPrintSummaryWhenDispatchesAreHidden(t *testing.T) {
 			}
 			if strings.Contains(out.String(), "Dispatch:") || strings.Contains(out.String(), "Runtime Snapshot") {
 				t.Errorf("output shows Dispatch detail:\n%s", out.String())
+			}
+		})
+	}
+}
+
+func TestPrintProgress(t *testing.T) {
+	report := func(old time.Duration, metrics ...trainer.Metric) *trainer.TrainerStatus {
+		return &trainer.TrainerStatus{ProgressPercentage: ptr.To[int32](42), EstimatedRemainingSeconds: ptr.To[int32](3600),
+			LastUpdatedTime: ago(old), Metrics: metrics}
+	}
+	history := &v1alpha1.ProgressHistory{StepSeconds: 60, Metrics: []string{"loss"}, Points: []v1alpha1.ProgressPoint{
+		{Time: ago(20 * time.Minute), Values: []string{"2.5"}}, {Time: ago(10 * time.Minute), Values: []string{"1.2"}}}}
+	cases := map[string]struct {
+		ts      *trainer.TrainerStatus
+		history *v1alpha1.ProgressHistory
+		phase   string
+		want    string
+	}{
+		"no report": {
+			phase: "Running",
+			want:  lines("Progress:   <none> (the job's processes have not reported progress)"),
+		},
+		"a fresh report with metrics and history": {
+			ts:      report(time.Minute, trainer.Metric{Name: "loss", Value: "0.31"}, trainer.Metric{Name: "eval_accuracy", Value: "0.87"}),
+			history: history, phase: "Running",
+			want: lines(
+				"Progress:        42%, ETA 59m",
+				"  Last Report:   60s ago (2026-12-02T09:59:00Z)",
+				"  Metrics:",
+				"    Name            Value",
+				"    ----            -----",
+				"    loss            0.31",
+				"    eval_accuracy   0.87",
+				"  History:   2 points from 20m ago (2026-12-02T09:40:00Z), at least 60s apart (the dashboard draws them)",
+			),
+		},
+		"a stale report": {
+			ts: report(25 * time.Minute), phase: StateAdmitted,
+			want: lines(
+				"Progress:        42%",
+				"  Last Report:   25m ago (2026-12-02T09:35:00Z) (stale: no report for over 10m while the job runs)",
+				"  Metrics:       <none>",
+			),
+		},
+		"finished long ago: not stale": {
+			ts: report(5 * time.Hour), phase: "Succeeded",
+			want: lines(
+				"Progress:        42%",
+				"  Last Report:   5h ago (2026-12-02T05:00:00Z)",
+				"  Metrics:       <none>",
+			),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			tw := newTable(&out)
+			describer{w: tw, now: now}.progress(tc.ts, tc.history, tc.phase)
+			if err := tw.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, out.String()); diff != "" {
+				t.Errorf("output (-want +got):\n%s", diff)
 			}
 		})
 	}

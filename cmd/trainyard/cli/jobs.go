@@ -30,13 +30,16 @@ type JobSummary struct {
 	// from Kueue.
 	Phase   string      `json:"phase"`
 	Created metav1.Time `json:"created"`
+	// Progress is the job's latest report (the TrainJob's
+	// status.trainerStatus, which the hub writes).
+	Progress *ProgressSummary `json:"progress,omitempty"`
 }
 
 // summarize turns a job's state into its summary.
 func summarize(s jobState) JobSummary {
 	js := JobSummary{
 		Namespace: s.tj.Namespace, Name: s.tj.Name, Queue: s.tj.Labels[QueueLabel],
-		Phase: s.phase(), Created: s.tj.CreationTimestamp,
+		Phase: s.phase(), Created: s.tj.CreationTimestamp, Progress: progressOf(s.tj),
 	}
 	if s.wl != nil {
 		js.Workload = s.wl.Name
@@ -56,10 +59,14 @@ func newJobsCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "jobs [NAME...]",
 		Aliases: []string{"job", "trainjobs"},
-		Short:   "List TrainJobs with their queue, target and phase",
+		Short:   "List TrainJobs with their queue, target, phase and progress",
 		Long: `List TrainJobs with their Kueue queue, the target their live Dispatch runs
 on, and its phase; a job with no Dispatch shows its Kueue state (Pending,
-Admitted or Finished). -o wide adds the attempt and the remote job.
+Admitted or Finished). PROGRESS and ETA are the latest report of the job's
+processes (Trainer's status API; the TrainJob's status.trainerStatus), "-"
+when there is none; a job that has not finished and has not reported for
+10 minutes shows "(stale AGE)" and no ETA. -o wide adds the attempt and the
+remote job.
 -o yaml|json prints these summaries; 'kubectl get trainjobs -o yaml' prints
 the objects themselves.`,
 		Example: e.examples("jobs -n team-a", "jobs -A -o wide"),
@@ -156,7 +163,7 @@ func printJobs(w io.Writer, format string, jobs []JobSummary, scope printScope, 
 	if scope.all {
 		head = append(head, "NAMESPACE")
 	}
-	head = append(head, "NAME", "QUEUE", "TARGET", "PHASE", "AGE")
+	head = append(head, "NAME", "QUEUE", "TARGET", "PHASE", "PROGRESS", "ETA", "AGE")
 	if wide {
 		head = append(head, "ATTEMPT", "REMOTE")
 	}
@@ -166,7 +173,8 @@ func printJobs(w io.Writer, format string, jobs []JobSummary, scope printScope, 
 		if scope.all {
 			cells = append(cells, j.Namespace)
 		}
-		cells = append(cells, j.Name, orNone(j.Queue), orNone(j.Target), j.Phase, age(now, j.Created))
+		cells = append(cells, j.Name, orNone(j.Queue), orNone(j.Target), j.Phase,
+			ProgressCell(j.Progress, j.Phase, now), ETACell(j.Progress, j.Phase, now), age(now, j.Created))
 		if wide {
 			attempt := none
 			if j.Attempt > 0 {

@@ -142,10 +142,12 @@ func TestJobState(t *testing.T) {
 func testJobs() []JobSummary {
 	return []JobSummary{
 		{Namespace: "team-a", Name: "llama", Queue: "lq", Workload: "trainjob-llama", Target: "spoke-1", Attempt: 2, Phase: "Running",
-			Remote: &v1alpha1.RemoteRef{Kind: "JobSet", Namespace: "trainyard-jobs", Name: "ty-llama-2"}, Created: ago(90 * time.Minute)},
+			Remote: &v1alpha1.RemoteRef{Kind: "JobSet", Namespace: "trainyard-jobs", Name: "ty-llama-2"}, Created: ago(90 * time.Minute),
+			Progress: &ProgressSummary{Percent: ptr.To[int32](42), RemainingSeconds: ptr.To[int32](3600), Reported: ago(30 * time.Second)}},
 		{Namespace: "team-a", Name: "mnist", Queue: "lq", Phase: StatePending, Created: ago(40 * time.Second)},
 		{Namespace: "team-b", Name: "sim", Queue: "hpc", Workload: "trainjob-sim", Target: "hpc", Attempt: 1, Phase: "Failed",
-			Remote: &v1alpha1.RemoteRef{Kind: "SlurmJob", Name: "ty-sim-1", ID: "42"}, Created: ago(26 * time.Hour)},
+			Remote: &v1alpha1.RemoteRef{Kind: "SlurmJob", Name: "ty-sim-1", ID: "42"}, Created: ago(26 * time.Hour),
+			Progress: &ProgressSummary{Percent: ptr.To[int32](80), RemainingSeconds: ptr.To[int32](600), Reported: ago(25 * time.Hour)}},
 	}
 }
 
@@ -160,9 +162,9 @@ func TestPrintJobs(t *testing.T) {
 			jobs:  testJobs()[:2],
 			scope: printScope{namespace: "team-a"},
 			want: lines(
-				"NAME      QUEUE     TARGET    PHASE     AGE",
-				"llama     lq        spoke-1   Running   90m",
-				"mnist     lq        <none>    Pending   40s",
+				"NAME      QUEUE     TARGET    PHASE     PROGRESS   ETA       AGE",
+				"llama     lq        spoke-1   Running   42%        59m       90m",
+				"mnist     lq        <none>    Pending   -          -         40s",
 			),
 		},
 		"all namespaces, wide": {
@@ -170,10 +172,10 @@ func TestPrintJobs(t *testing.T) {
 			jobs:   testJobs(),
 			scope:  printScope{all: true},
 			want: lines(
-				"NAMESPACE   NAME      QUEUE     TARGET    PHASE     AGE       ATTEMPT   REMOTE",
-				"team-a      llama     lq        spoke-1   Running   90m       2         JobSet trainyard-jobs/ty-llama-2",
-				"team-a      mnist     lq        <none>    Pending   40s       <none>    <none>",
-				"team-b      sim       hpc       hpc       Failed    26h       1         SlurmJob ty-sim-1 (id 42)",
+				"NAMESPACE   NAME      QUEUE     TARGET    PHASE     PROGRESS   ETA       AGE       ATTEMPT   REMOTE",
+				"team-a      llama     lq        spoke-1   Running   42%        59m       90m       2         JobSet trainyard-jobs/ty-llama-2",
+				"team-a      mnist     lq        <none>    Pending   -          -         40s       <none>    <none>",
+				"team-b      sim       hpc       hpc       Failed    80%        -         26h       1         SlurmJob ty-sim-1 (id 42)",
 			),
 		},
 		"name": {
@@ -199,6 +201,10 @@ func TestPrintJobs(t *testing.T) {
 				"name: sim",
 				"namespace: team-b",
 				"phase: Failed",
+				"progress:",
+				"  percent: 80",
+				`  remainingSeconds: 600`,
+				`  reported: "2026-12-01T09:00:00Z"`,
 				"queue: hpc",
 				"remote:",
 				`  id: "42"`,
@@ -236,6 +242,35 @@ func TestPrintJobs(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, out.String()); diff != "" {
 				t.Errorf("output (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestProgressCells(t *testing.T) {
+	report := func(pct, left int32, old time.Duration) *ProgressSummary {
+		return &ProgressSummary{Percent: ptr.To(pct), RemainingSeconds: ptr.To(left), Reported: ago(old)}
+	}
+	cases := map[string]struct {
+		p             *ProgressSummary
+		phase         string
+		progress, eta string
+	}{
+		"no report":                  {phase: "Running", progress: "-", eta: "-"},
+		"a fresh report":             {p: report(42, 3600, 30*time.Second), phase: "Running", progress: "42%", eta: "59m"},
+		"the estimate counts down":   {p: report(42, 3600, 9*time.Minute), phase: "Running", progress: "42%", eta: "51m"},
+		"an estimate that ran out":   {p: report(99, 60, 5*time.Minute), phase: "Running", progress: "99%", eta: "any moment"},
+		"no percentage, an estimate": {p: &ProgressSummary{RemainingSeconds: ptr.To[int32](7200), Reported: ago(0)}, phase: "Running", progress: "-", eta: "120m"},
+		"a stale report":             {p: report(42, 3600, 12*time.Minute), phase: "Running", progress: "42% (stale 12m)", eta: "-"},
+		"stale while admitted (a tenant sees no Dispatch)": {p: report(42, 3600, 3*time.Hour), phase: StateAdmitted, progress: "42% (stale 3h)", eta: "-"},
+		"finished: old is not stale, no ETA":               {p: report(100, 0, 3*time.Hour), phase: "Succeeded", progress: "100%", eta: "-"},
+		"finished per Kueue":                               {p: report(70, 900, 3*time.Hour), phase: StateFinished, progress: "70%", eta: "-"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := []string{ProgressCell(tc.p, tc.phase, now), ETACell(tc.p, tc.phase, now)}
+			if diff := cmp.Diff([]string{tc.progress, tc.eta}, got); diff != "" {
+				t.Errorf("PROGRESS, ETA (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -2,8 +2,10 @@
 // It shows a map of the fleet (each Target's topology domains with the
 // free and used GPUs of every node, its health and heartbeat), Kueue's
 // ClusterQueue and cohort usage against quota, the TrainJobs the user can
-// list, and a page per job with its placement, attempts, conditions, events
-// and logs. The pages are Go templates with inline SVG and a little
+// list with their progress, and a page per job with its progress (a bar,
+// the ETA, the latest metrics and their curves over the attempt's life,
+// drawn as SVG on the server from the progress history), placement,
+// attempts, conditions, events and logs. The pages are Go templates with inline SVG and a little
 // JavaScript that reloads their content every 2 s, all embedded in the
 // binary.
 //
@@ -49,9 +51,10 @@ func NewCommand(name string) *cobra.Command {
 		Long: `Serve a web UI on http://127.0.0.1:PORT/ that shows the hub as your
 kubeconfig lets you see it: a map of every Target's topology with the free
 and used GPUs of each node, its health and heartbeat; each ClusterQueue's and
-cohort's usage against quota; the TrainJobs you can list, filterable by
-namespace, queue, target and phase; and a page per job with its placement,
-attempts, conditions, events and logs. Pages update every 2 s. The server
+cohort's usage against quota; the TrainJobs you can list with their
+progress, filterable by namespace, queue, target and phase; and a page per
+job with its progress bar, ETA and metric curves, placement, attempts,
+conditions, events and logs. Pages update every 2 s. The server
 listens on 127.0.0.1 only; --port 0 picks a free port. Ctrl-C stops it.`,
 		Example: fmt.Sprintf("  %s dashboard\n  %s dashboard --port 9000 --kubeconfig ~/.kube/hub", name, name),
 		Args:    cobra.NoArgs,

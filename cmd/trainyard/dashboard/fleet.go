@@ -81,6 +81,10 @@ type PlacedJob struct {
 	Namespace, Name, Phase string
 	Pods                   int32
 	Domains                []string
+	// Percent is the job's latest reported progress (nil: none); Stale
+	// marks a report older than cli.StaleReportAfter.
+	Percent *int32
+	Stale   bool
 }
 
 // buildFleet turns Targets and job summaries into the fleet map, targets
@@ -108,7 +112,7 @@ func targetView(t *v1alpha1.Target, jobs []cli.JobInfo, now time.Time) TargetVie
 	}
 	for _, j := range jobs {
 		if jobTarget(j) == t.Name && active(j.Phase) {
-			v.Jobs = append(v.Jobs, placedJob(j))
+			v.Jobs = append(v.Jobs, placedJob(j, now))
 		}
 	}
 	if topo := t.Status.Topology; topo != nil {
@@ -249,8 +253,11 @@ func markedNodes(d v1alpha1.TopologyDomain, levels []string, jobs []cli.JobInfo,
 	return m
 }
 
-func placedJob(j cli.JobInfo) PlacedJob {
+func placedJob(j cli.JobInfo, now time.Time) PlacedJob {
 	p := PlacedJob{Namespace: j.Namespace, Name: j.Name, Phase: j.Phase}
+	if r := j.Progress; r != nil && r.Percent != nil {
+		p.Percent, p.Stale = r.Percent, cli.StaleReport(j.Phase, r.Reported, now)
+	}
 	for _, ps := range j.PodSets {
 		p.Pods += ps.Count
 		if ps.Topology == nil {

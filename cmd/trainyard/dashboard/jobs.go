@@ -22,6 +22,8 @@ import (
 type JobRow struct {
 	Namespace, Name, Queue, Target, Phase, Age string
 	Attempt                                    int32
+	// Progress and ETA are the `trainyard jobs` columns.
+	Progress, ETA string
 	// TargetFromCondition is true when no Dispatch could be read and the
 	// target comes from the TrainJob's conditions.
 	TargetFromCondition bool
@@ -89,6 +91,7 @@ func jobRow(j cli.JobInfo, now time.Time) JobRow {
 	return JobRow{
 		Namespace: j.Namespace, Name: j.Name, Queue: j.Queue, Target: jobTarget(j), Phase: j.Phase,
 		Age: age(now, j.Created), Attempt: j.Attempt, TargetFromCondition: j.Target == "" && jobTarget(j) != "",
+		Progress: cli.ProgressCell(j.Progress, j.Phase, now), ETA: cli.ETACell(j.Progress, j.Phase, now),
 	}
 }
 
@@ -133,6 +136,8 @@ func age(now time.Time, t metav1.Time) string {
 type JobView struct {
 	*cli.Description
 	Now time.Time
+	// Progress is nil for a job that never reported.
+	Progress *ProgressView
 }
 
 // placementText prints where a pod set went: "2 pods × 4 GPUs in

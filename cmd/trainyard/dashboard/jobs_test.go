@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
@@ -16,6 +17,7 @@ import (
 func jobsFixture() []cli.JobInfo {
 	llama := job("llama", "spoke-1", "Running", nil)
 	llama.Created = metav1.Time{Time: now.Add(-2 * time.Hour)}
+	llama.Progress = &cli.ProgressSummary{Percent: ptr.To[int32](42), RemainingSeconds: ptr.To[int32](600), Reported: metav1.Time{Time: now.Add(-time.Minute)}}
 	sim := cli.JobInfo{JobSummary: cli.JobSummary{Namespace: "team-b", Name: "sim", Queue: "hpc-lq", Phase: "Finished",
 		Created: metav1.Time{Time: now.Add(-time.Hour)}}, Conditions: []metav1.Condition{
 		{Type: "Failed", Status: metav1.ConditionTrue, Message: "Failed on target hpc (attempt 1): Slurm job 42 exited with 3"}}}
@@ -25,9 +27,9 @@ func jobsFixture() []cli.JobInfo {
 }
 
 func TestJobRows(t *testing.T) {
-	llama := JobRow{Namespace: "team-a", Name: "llama", Queue: "lq", Target: "spoke-1", Phase: "Running", Age: "120m", Attempt: 1}
-	sim := JobRow{Namespace: "team-b", Name: "sim", Queue: "hpc-lq", Target: "hpc", Phase: "Finished", Age: "60m", TargetFromCondition: true}
-	mnist := JobRow{Namespace: "team-c", Name: "mnist", Queue: "lq", Phase: "Pending", Age: "60s", Attempt: 1}
+	llama := JobRow{Namespace: "team-a", Name: "llama", Queue: "lq", Target: "spoke-1", Phase: "Running", Age: "120m", Attempt: 1, Progress: "42%", ETA: "9m"}
+	sim := JobRow{Namespace: "team-b", Name: "sim", Queue: "hpc-lq", Target: "hpc", Phase: "Finished", Age: "60m", TargetFromCondition: true, Progress: "-", ETA: "-"}
+	mnist := JobRow{Namespace: "team-c", Name: "mnist", Queue: "lq", Phase: "Pending", Age: "60s", Attempt: 1, Progress: "-", ETA: "-"}
 	cases := map[string]struct {
 		filter JobFilter
 		want   []JobRow

@@ -198,7 +198,7 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		p.Error, status = err.Error(), statusOf(err)
 	}
-	p.Data = JobView{Description: d, Now: s.Clock.Now()}
+	p.Data = JobView{Description: d, Now: s.Clock.Now(), Progress: buildProgress(d, s.Clock.Now())}
 	s.render(w, r, "job", p, status)
 }
 

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -53,6 +55,16 @@ func hubObjects() []client.Object {
 	d.Spec.Workload.Namespace, d.Spec.Workload.Name = "team-a", wl.Name
 	d.Labels = map[string]string{v1alpha1.LabelWorkloadUID: string(wl.UID), v1alpha1.LabelWorkloadNamespace: "team-a"}
 	d.Status = v1alpha1.DispatchStatus{Phase: v1alpha1.DispatchRunning, Remote: &v1alpha1.RemoteRef{Kind: "JobSet", Namespace: "jobs", Name: "ty-llama-1"}}
+	// Three points of history, and a newer report: four points a curve.
+	llama.Status.TrainerStatus = &trainer.TrainerStatus{ProgressPercentage: ptr.To[int32](42), EstimatedRemainingSeconds: ptr.To[int32](600),
+		Metrics: []trainer.Metric{{Name: "loss", Value: "0.8"}}, LastUpdatedTime: metav1.Time{Time: now.Add(-time.Minute)}}
+	d.Status.ProgressHistory = &v1alpha1.ProgressHistory{StepSeconds: 60, Metrics: []string{"loss"}}
+	for i, loss := range []string{"2.5", "1.5", "1"} {
+		d.Status.ProgressHistory.Points = append(d.Status.ProgressHistory.Points, v1alpha1.ProgressPoint{
+			Time: metav1.Time{Time: now.Add(time.Duration(i-4) * time.Minute)}, ProgressPercentage: ptr.To(int32(10 * i)), Values: []string{loss}})
+	}
+	raw, _ := json.Marshal(d.Status.ProgressHistory)
+	llama.Annotations = map[string]string{v1alpha1.AnnotationProgressHistory: string(raw)}
 	mnist := tytesting.MakeTrainJob("mnist", "team-a").Queue("lq").Obj()
 	mnist.UID = "uid-mnist"
 	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "llama.1", Namespace: "team-a"},
@@ -152,19 +164,25 @@ func TestPages(t *testing.T) {
 	}{
 		"fleet map, quota and placed job": {req: request{path: "/"}, want: response{status: 200, has: []string{
 			`data-target="spoke-1"`, `data-target="hpc"`, `data-domain="rack-a"`, `data-node="n2" data-free="4" data-used="4"`,
-			`<li data-job="team-a/llama">`, `data-queue="team-a" data-flavor="h100"`, "8 / 16 (50%)", "heartbeat <span class=\"heartbeat\">15s ago",
+			`<li data-job="team-a/llama">`, `data-percent="42"`, `<span class="pct">42%</span>`, `data-queue="team-a" data-flavor="h100"`, "8 / 16 (50%)", "heartbeat <span class=\"heartbeat\">15s ago",
 		}}},
 		"fleet content only": {req: request{path: "/?partial=1"}, want: response{status: 200, partial: true, has: []string{`data-target="spoke-1"`}}},
 		"targets and queues forbidden": {req: request{path: "/"}, funcs: forbid(false, &v1alpha1.TargetList{}, &kueue.ClusterQueueList{}),
 			want: response{status: 200, has: []string{"cannot list Targets", "cannot list ClusterQueues", "No Targets."}}},
 		"job list filtered by phase": {req: request{path: "/jobs?phase=Running"}, want: response{status: 200,
-			has: []string{`data-job="team-a/llama" data-target="spoke-1" data-phase="Running"`, "1 of 2 jobs"}, hasNot: []string{`data-job="team-a/mnist"`}}},
+			has: []string{`data-job="team-a/llama" data-target="spoke-1" data-phase="Running"`, `<td class="progress">42%</td>`, `<td class="eta">9m</td>`, "1 of 2 jobs"}, hasNot: []string{`data-job="team-a/mnist"`}}},
 		"job list in the user's namespace when cluster-wide is forbidden": {req: request{path: "/jobs"}, funcs: forbid(true, &trainer.TrainJobList{}),
 			want: response{status: 200, has: []string{"showing namespace team-a only", `data-job="team-a/mnist"`}}},
 		"job page": {req: request{path: "/jobs/team-a/llama"}, want: response{status: 200, has: []string{
 			`<dl class="placement" data-target="spoke-1">`, "2 pods × 4 GPUs in rack=rack-a (1)", "JobSet jobs/ty-llama-1",
 			"running on target spoke-1 (attempt 1)", "Dispatched", "attempt 1 to target spoke-1", `id="fetch-logs"`,
-		}}},
+			`<svg class="bar progress"`, `data-percent="42"`, "42%, ETA 9m", "reported 60s ago",
+			`<figure class="curve" data-metric="loss" data-points="4">`, `<figure class="curve" data-metric="progress %" data-points="4">`,
+		}, hasNot: []string{`class="stale"`}}},
+		"job page of a tenant: the history from the TrainJob": {req: request{path: "/jobs/team-a/llama"}, funcs: forbid(false, &v1alpha1.DispatchList{}),
+			want: response{status: 200, has: []string{`data-percent="42"`, `<figure class="curve" data-metric="loss" data-points="4">`}}},
+		"job page without progress": {req: request{path: "/jobs/team-a/mnist"}, want: response{status: 200,
+			has: []string{"No progress reported"}, hasNot: []string{`<figure class="curve"`, `data-percent=`}}},
 		"unknown job":                         {req: request{path: "/jobs/team-a/nope"}, want: response{status: 404, has: []string{"not found"}}},
 		"other host (DNS rebinding)":          {req: request{path: "/", host: "evil.example:7480"}, want: response{status: 421, hasNot: []string{"spoke-1"}}},
 		"localhost":                           {req: request{path: "/jobs", host: "localhost:7480"}, want: response{status: 200, has: []string{"llama"}}},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -178,18 +179,18 @@ func TestJobs(t *testing.T) {
 		"one namespace": {
 			args: []string{"jobs", "-n", "team-a"},
 			want: [][]string{
-				{"NAME", "QUEUE", "TARGET", "PHASE", "AGE"},
-				{"llama", "lq", "spoke-1", "Running", wildcard},
-				{"mnist", "lq", "<none>", "Pending", wildcard},
+				{"NAME", "QUEUE", "TARGET", "PHASE", "PROGRESS", "ETA", "AGE"},
+				{"llama", "lq", "spoke-1", "Running", "42%", wildcard, wildcard},
+				{"mnist", "lq", "<none>", "Pending", "-", "-", wildcard},
 			},
 		},
 		"all namespaces, wide": {
 			args: []string{"jobs", "-A", "-o", "wide"},
 			want: [][]string{
-				{"NAMESPACE", "NAME", "QUEUE", "TARGET", "PHASE", "AGE", "ATTEMPT", "REMOTE"},
-				{"team-a", "llama", "lq", "spoke-1", "Running", wildcard, "2", "JobSet trainyard-jobs/ty-llama-2"},
-				{"team-a", "mnist", "lq", "<none>", "Pending", wildcard, "<none>", "<none>"},
-				{"team-b", "sim", "hpc-lq", "hpc", "Failed", wildcard, "1", "SlurmJob ty-sim-1 (id 42)"},
+				{"NAMESPACE", "NAME", "QUEUE", "TARGET", "PHASE", "PROGRESS", "ETA", "AGE", "ATTEMPT", "REMOTE"},
+				{"team-a", "llama", "lq", "spoke-1", "Running", "42%", wildcard, wildcard, "2", "JobSet trainyard-jobs/ty-llama-2"},
+				{"team-a", "mnist", "lq", "<none>", "Pending", "-", "-", wildcard, "<none>", "<none>"},
+				{"team-b", "sim", "hpc-lq", "hpc", "Failed", "-", "-", wildcard, "1", "SlurmJob ty-sim-1 (id 42)"},
 			},
 		},
 		"the context's namespace when -n is not given": {
@@ -237,6 +238,8 @@ func TestDescribe(t *testing.T) {
 				" running on target spoke-1 (attempt 2) as JobSet trainyard-jobs/ty-llama-2\n",
 				"\n Target: spoke-1\n Attempt: 2\n Dispatch: trainyard-spoke-1/llama-2\n Phase: Running (RemoteRunning)\n",
 				"\n Remote: JobSet trainyard-jobs/ty-llama-2\n Exit Code: <none>\n",
+				"\nProgress: 42%, ETA ", "\n loss 0.31\n eval_accuracy 0.87\n",
+				fmt.Sprintf("\n History: %d points from ", llamaHistoryPoints),
 				"\n Runtime Snapshot:\n Kind: ClusterTrainingRuntime\n Name: torch-distributed\n Hash: sha256:",
 				"\n node 2 nvidia.com/gpu=h100 topology.kubernetes.io/rack: rack-a=2\n",
 				"\n 1 hpc <none> trainyard-hpc/llama-1 deleting\n",

@@ -111,8 +111,9 @@ func seedQuota(t *testing.T) {
 
 // TestDashboardInChromium loads the dashboard in headless Chromium against
 // the seeded hub: the fleet map shows the targets and llama running on
-// spoke-1 in rack-a, a target added later appears without a reload, the
-// job page shows the placement, and a screenshot of the fleet page is kept.
+// spoke-1 in rack-a with its progress bar, a target added later appears
+// without a reload, the job page shows the placement, the progress bar and
+// the metric curves, and screenshots of the fleet and job pages are kept.
 func TestDashboardInChromium(t *testing.T) {
 	exe := chromium(t)
 	g := NewWithT(t)
@@ -150,11 +151,16 @@ func TestDashboardInChromium(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(jobs.Value).To(Equal(want), "jobs drawn in %s", domain)
 	}
+	// llama's progress on the fleet map: a bar filled to its 42%.
+	fleetBar, err := chromedp.Run(ctx, chromedp.Evaluate[string](
+		`document.querySelector('#fleet-map li[data-job="team-a/llama"] svg.bar.progress rect.used')?.getAttribute('width') ?? ""`))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fleetBar).To(Equal("42"), "llama's progress bar on the fleet map")
 	quota, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#quota tr[data-queue="cq-team-b"] td.usage`)))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(quota).To(ContainSubstring("12 / 8 (150%)"))
 
-	screenshot(t, ctx)
+	screenshot(t, ctx, "fleet.png")
 
 	// A target that joins shows up without a reload.
 	late := tytesting.MakeKubernetesTarget("spoke-late", gpuFlavor).Obj()
@@ -173,12 +179,55 @@ func TestDashboardInChromium(t *testing.T) {
 	phase, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#job .phase`)))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect([]string{placed.Value, phase}).To(Equal([]string{"spoke-1", "Running"}), "llama's page")
+	checkProgress(t, ctx, g)
+	screenshot(t, ctx, "job.png")
 }
 
-// screenshot keeps a PNG of the fleet page under $TRAINYARD_ARTIFACTS (or
-// the test's temporary folder); TRAINYARD_UPDATE_SCREENSHOT=1 also writes
-// it to docs/images/dashboard.png for the README.
-func screenshot(t *testing.T, ctx context.Context) {
+// progressDOM is what Chromium made of the job page's progress: the bar's
+// fill, and per curve the points of its polyline as the SVG DOM parsed
+// them and the width it drew them across.
+const progressDOM = `(() => {
+  const bar = document.querySelector('#progress svg.bar.progress');
+  const curves = {};
+  for (const f of document.querySelectorAll('#progress figure.curve')) {
+    const line = f.querySelector('polyline');
+    curves[f.dataset.metric] = {points: line ? line.points.numberOfItems : 0, width: line ? Math.round(line.getBBox().width) : 0};
+  }
+  return {percent: bar ? bar.querySelector('rect.used').width.baseVal.value : -1, curves};
+})()`
+
+type renderedProgress struct {
+	Percent float64 `json:"percent"`
+	Curves  map[string]struct {
+		Points int `json:"points"`
+		Width  int `json:"width"`
+	} `json:"curves"`
+}
+
+// checkProgress: llama's page shows its 42% as a bar and a curve per
+// metric with a point per history point and one for the newer report,
+// drawn across the chart.
+func checkProgress(t *testing.T, ctx context.Context, g Gomega) {
+	t.Helper()
+	g.Expect(chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#progress figure.curve`)))).To(Succeed(), "llama's curves")
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[renderedProgress](progressDOM))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("progress as Chromium drew it: %+v", got)
+	g.Expect(got.Percent).To(BeNumerically("==", 42), "the bar's fill")
+	g.Expect(got.Curves).To(HaveLen(3), "curves: progress, loss, eval_accuracy")
+	for _, metric := range []string{"progress %", "loss", "eval_accuracy"} {
+		c, ok := got.Curves[metric]
+		g.Expect(ok).To(BeTrue(), "a curve of %s", metric)
+		g.Expect(c.Points).To(Equal(llamaHistoryPoints+1), "points of the %s curve", metric)
+		g.Expect(c.Width).To(BeNumerically(">", 300), "the %s curve spans the chart", metric)
+	}
+}
+
+// screenshot keeps a PNG of the page shown, as name (fleet.png, job.png),
+// under $TRAINYARD_ARTIFACTS (or the test's temporary folder);
+// TRAINYARD_UPDATE_SCREENSHOT=1 also writes the fleet page to
+// docs/images/dashboard.png for the README.
+func screenshot(t *testing.T, ctx context.Context, name string) {
 	png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(`main`), chromedp.NodeVisible))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
@@ -190,8 +239,8 @@ func screenshot(t *testing.T, ctx context.Context) {
 	if a := os.Getenv("TRAINYARD_ARTIFACTS"); a != "" {
 		dir = filepath.Join(a, "dashboard")
 	}
-	paths := []string{filepath.Join(dir, "fleet.png")}
-	if os.Getenv("TRAINYARD_UPDATE_SCREENSHOT") == "1" {
+	paths := []string{filepath.Join(dir, name)}
+	if os.Getenv("TRAINYARD_UPDATE_SCREENSHOT") == "1" && name == "fleet.png" {
 		paths = append(paths, filepath.Join("..", "..", "..", "docs", "images", "dashboard.png"))
 	}
 	for _, p := range paths {
@@ -199,6 +248,6 @@ func screenshot(t *testing.T, ctx context.Context) {
 		if err != nil {
 			t.Fatalf("save screenshot: %v", err)
 		}
-		t.Logf("screenshot of the fleet page: %s", p)
+		t.Logf("screenshot of the page: %s", p)
 	}
 }

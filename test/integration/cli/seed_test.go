@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -26,7 +27,9 @@ import (
 //     two racks) and hpc (Slurm, heartbeat stale).
 //   - team-a/llama: admitted, attempt 2 running on spoke-1 as a JobSet;
 //     attempt 1's Dispatch on hpc is still being deleted. Events on the
-//     TrainJob and its Workload.
+//     TrainJob and its Workload. It reported 42% with two metrics, and its
+//     progress history holds llamaHistoryPoints points (on the Dispatch,
+//     and on the TrainJob as the hub copies it for tenants).
 //   - team-a/mnist: queued, Kueue made no Workload yet.
 //   - team-b/sim: failed on hpc as Slurm job 42 with exit code 3.
 const (
@@ -89,7 +92,18 @@ func seedLlama(ctx context.Context, c client.Client) error {
 		return err
 	}
 	setCondition(&tj.Status.Conditions, "Running", metav1.ConditionTrue, v1alpha1.ReasonRemoteRunning, "running on target spoke-1 (attempt 2)")
+	history, report := llamaProgress(time.Now())
+	tj.Status.TrainerStatus = report
 	if err := c.Status().Update(ctx, tj); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(history)
+	if err != nil {
+		return err
+	}
+	patch := client.MergeFrom(tj.DeepCopy())
+	metav1.SetMetaDataAnnotation(&tj.ObjectMeta, v1alpha1.AnnotationProgressHistory, string(raw))
+	if err := c.Patch(ctx, tj, patch); err != nil {
 		return err
 	}
 	wl, err := createWorkload(ctx, c, tj, "team-a", 2, kueue.CheckStateReady,
@@ -114,7 +128,7 @@ func seedLlama(ctx context.Context, c client.Client) error {
 	live.Status = v1alpha1.DispatchStatus{
 		Phase: v1alpha1.DispatchRunning, Reason: v1alpha1.ReasonRemoteRunning, ObservedAttempt: 2,
 		Remote:    &v1alpha1.RemoteRef{Kind: "JobSet", Namespace: "trainyard-jobs", Name: "ty-llama-2"},
-		StartTime: &metav1.Time{Time: time.Now()},
+		StartTime: &metav1.Time{Time: time.Now()}, TrainerStatus: report, ProgressHistory: history,
 	}
 	if err := c.Status().Update(ctx, live); err != nil {
 		return err
@@ -123,6 +137,26 @@ func seedLlama(ctx context.Context, c client.Client) error {
 		return err
 	}
 	return createEvent(ctx, c, trainer.TrainJobKind, tj.Name, tj.UID, corev1.EventTypeWarning, "Requeued", "target hpc lost: no heartbeat")
+}
+
+// llamaHistoryPoints is the number of points in llama's seeded history;
+// its latest report is newer, so each of its curves has one more.
+const llamaHistoryPoints = 7
+
+// llamaProgress is llama's history, a point a minute up to a minute before
+// now with a falling loss, built as the agent builds it, and its latest
+// report at now.
+func llamaProgress(now time.Time) (*v1alpha1.ProgressHistory, *trainer.TrainerStatus) {
+	var h *v1alpha1.ProgressHistory
+	start := now.Add(-llamaHistoryPoints * time.Minute)
+	for i := range llamaHistoryPoints {
+		h, _ = v1alpha1.RecordProgress(h, &trainer.TrainerStatus{
+			ProgressPercentage: ptr.To(int32(5 * i)), LastUpdatedTime: metav1.NewTime(start.Add(time.Duration(i) * time.Minute)),
+			Metrics: []trainer.Metric{{Name: "loss", Value: fmt.Sprint(3.0 / float64(i+1))}, {Name: "eval_accuracy", Value: fmt.Sprint(0.1 * float64(i))}},
+		}, false)
+	}
+	return h, &trainer.TrainerStatus{ProgressPercentage: ptr.To[int32](42), EstimatedRemainingSeconds: ptr.To[int32](3600),
+		LastUpdatedTime: metav1.NewTime(now), Metrics: []trainer.Metric{{Name: "loss", Value: "0.31"}, {Name: "eval_accuracy", Value: "0.87"}}}
 }
 
 func seedSim(ctx context.Context, c client.Client) error {

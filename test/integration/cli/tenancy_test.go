@@ -235,3 +235,27 @@ func TestTenantDescribeShowsTheHubsSummary(t *testing.T) {
 		t.Errorf("describe llama -n team-a as bob = %d, %q", r.code, r.errOut)
 	}
 }
+
+// TestTenantReadsOnlyItsOwnProgressHistory: the history the hub copies
+// onto a TrainJob is read with the TrainJob, so alice sees llama's and
+// bob, of another team, cannot read it.
+func TestTenantReadsOnlyItsOwnProgressHistory(t *testing.T) {
+	ctx := context.Background()
+	var tj trainer.TrainJob
+	key := client.ObjectKey{Namespace: "team-a", Name: "llama"}
+	if err := as(t, alice).Get(ctx, key, &tj); err != nil {
+		t.Fatalf("alice reads llama: %v", err)
+	}
+	if h := cli.ProgressHistoryOf(&tj); h == nil || len(h.Points) != llamaHistoryPoints {
+		t.Errorf("alice reads llama's history: %+v, want %d points", h, llamaHistoryPoints)
+	}
+	if r := runCLIAs(t, alice, "describe", "llama", "-n", "team-a"); !strings.Contains(squash(r.out), fmt.Sprintf("History: %d points", llamaHistoryPoints)) {
+		t.Errorf("describe as alice lacks the history:\n%s", r.out)
+	}
+	if err := as(t, bob).Get(ctx, key, &trainer.TrainJob{}); !apierrors.IsForbidden(err) {
+		t.Errorf("bob reads llama: %v, want forbidden", err)
+	}
+	if err := as(t, bob).List(ctx, &trainer.TrainJobList{}, client.InNamespace("team-a")); !apierrors.IsForbidden(err) {
+		t.Errorf("bob lists team-a's TrainJobs: %v, want forbidden", err)
+	}
+}

@@ -179,4 +179,21 @@ func TestProgressFromASpokePod(t *testing.T) {
 		g.Expect(tj.Status.TrainerStatus).NotTo(BeNil())
 		g.Expect(tj.Status.TrainerStatus.ProgressPercentage).To(Equal(ptr.To[int32](30)))
 	}, util.Timeout, util.Interval).Should(Succeed())
+
+	// The agent kept the report in the Dispatch's progress history (the
+	// API server took it), and the hub copied that onto the TrainJob for
+	// its owner.
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(&d), &d)).To(Succeed())
+		h := d.Status.ProgressHistory
+		g.Expect(h).NotTo(BeNil())
+		g.Expect(h.Points).To(HaveLen(1))
+		g.Expect(h.Points[0].ProgressPercentage).To(Equal(ptr.To[int32](30)))
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
+		var copied v1alpha1.ProgressHistory
+		g.Expect(json.Unmarshal([]byte(tj.Annotations[v1alpha1.AnnotationProgressHistory]), &copied)).To(Succeed())
+		g.Expect(copied.Points).To(HaveLen(1))
+		g.Expect(copied.Points[0].Time.Equal(&h.Points[0].Time)).To(BeTrue())
+		g.Expect(copied.Points[0].ProgressPercentage).To(Equal(ptr.To[int32](30)))
+	}, util.Timeout, util.Interval).Should(Succeed())
 }
