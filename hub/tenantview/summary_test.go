@@ -171,3 +171,44 @@ func TestProgressHistoryOnTheTrainJob(t *testing.T) {
 		t.Errorf("a live attempt without history leaves %+v on the TrainJob", got)
 	}
 }
+
+// TestHistoryCopyIsPaced: while a job runs, new points reach the TrainJob
+// once they are historyCopyStep newer than its copy's last, or once that
+// much time passed, never with each point; an ended attempt is copied at
+// once.
+func TestHistoryCopyIsPaced(t *testing.T) {
+	at := func(minutes float64) v1alpha1.ProgressPoint {
+		return v1alpha1.ProgressPoint{Time: metav1.NewTime(t0.Add(time.Duration(minutes * float64(time.Minute))))}
+	}
+	history := func(points ...v1alpha1.ProgressPoint) *v1alpha1.ProgressHistory {
+		return &v1alpha1.ProgressHistory{StepSeconds: 30, Points: points}
+	}
+	copied := func(points ...v1alpha1.ProgressPoint) string {
+		raw, err := json.Marshal(history(points...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	cases := map[string]struct {
+		copied string
+		h      *v1alpha1.ProgressHistory
+		now    float64
+		want   time.Duration
+	}{
+		"nothing copied yet":                 {h: history(at(0)), now: 0, want: 0},
+		"a point 30 s newer waits":           {copied: copied(at(0)), h: history(at(0), at(0.5)), now: 0.5, want: 270 * time.Second},
+		"points a step newer are copied":     {copied: copied(at(0)), h: history(at(0), at(5)), now: 5, want: 0},
+		"a step after the copy, copied":      {copied: copied(at(0)), h: history(at(0), at(1)), now: 5, want: 0},
+		"an unreadable copy is replaced":     {copied: "{", h: history(at(0)), now: 0, want: 0},
+		"a history gone is copied (removed)": {copied: copied(at(0)), now: 0, want: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			now := t0.Add(time.Duration(tc.now * float64(time.Minute)))
+			if got := historyCopyDue(tc.copied, tc.h, now); got != tc.want {
+				t.Errorf("historyCopyDue = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
