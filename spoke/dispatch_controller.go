@@ -52,6 +52,8 @@ type DispatchReconciler struct {
 	// own skips passes that read a Dispatch older than the agent's own
 	// last write of it.
 	own ownWrites
+	// pace holds back writes of replica counts alone.
+	pace replicaPacer
 }
 
 // leaseWait paces a Dispatch while the agent holds no lease.
@@ -64,6 +66,7 @@ func (r *DispatchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.Hub.Get(ctx, req.NamespacedName, &d); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.own.forget(req.NamespacedName)
+			r.pace.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -116,6 +119,8 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 	}
 	events := r.events(&d.Status, status)
 	report := r.carryProgress(d, status)
+	key := client.ObjectKeyFromObject(d)
+	held := r.pace.hold(key, &d.Status, status, r.Clock.Now())
 	if err := r.writeStatus(ctx, d, status); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -128,7 +133,11 @@ func (r *DispatchReconciler) sync(ctx context.Context, d *v1alpha1.Dispatch) (ct
 		return ctrl.Result{}, submitErr
 	}
 	if status.Phase.IsFinal() {
+		r.pace.forget(key)
 		return ctrl.Result{}, nil
+	}
+	if held > 0 && (r.Resync == 0 || held < r.Resync) {
+		return ctrl.Result{RequeueAfter: held}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.Resync}, nil
 }
@@ -255,7 +264,11 @@ func (r *DispatchReconciler) writeStatus(ctx context.Context, d *v1alpha1.Dispat
 		return nil
 	}
 	d.Status = *status
-	return r.writeRecorded(d, func() error { return r.Hub.Status().Update(ctx, d) })
+	if err := r.writeRecorded(d, func() error { return r.Hub.Status().Update(ctx, d) }); err != nil {
+		return err
+	}
+	r.pace.wrote(client.ObjectKeyFromObject(d), r.Clock.Now())
+	return nil
 }
 
 // writeRecorded runs write, which updates d in place, and remembers the
