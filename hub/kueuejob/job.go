@@ -35,6 +35,8 @@ import (
 // is Kueue's.
 type TrainJob struct {
 	kueuetrainjob.TrainJob
+	// podSets, when set, keeps the pod sets computed for a generation.
+	podSets *podSetCache
 }
 
 var (
@@ -47,6 +49,11 @@ var (
 // NewJob returns an empty TrainJob for the reconciler to load into.
 func NewJob() jobframework.GenericJob {
 	return &TrainJob{}
+}
+
+// newJobWithCache is NewJob whose jobs share one pod-set cache.
+func newJobWithCache(c *podSetCache) func() jobframework.GenericJob {
+	return func() jobframework.GenericJob { return &TrainJob{podSets: c} }
 }
 
 // FromObject wraps a copy of tj.
@@ -66,11 +73,26 @@ func (t *TrainJob) trainJob() *trainer.TrainJob {
 
 // PodSets are Kueue's pod sets of the job run with its pinned runtime.
 func (t *TrainJob) PodSets(ctx context.Context, c client.Client) ([]kueue.PodSet, error) {
+	// The pin annotations name the copy exactly: its source and hash.
+	var pin string
+	if _, err := snapshot.PinnedRef(t.trainJob()); err == nil {
+		pin = t.Annotations[snapshot.AnnotationSource] + "@" + t.Annotations[snapshot.AnnotationHash]
+	}
+	if ps, ok := t.podSets.get(t.UID, t.Generation, pin); ok && pin != "" {
+		return ps, nil
+	}
 	view, err := t.pinnedView(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	return view.PodSets(ctx, c)
+	ps, err := view.PodSets(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if pin != "" {
+		t.podSets.put(t.UID, t.Generation, pin, ps)
+	}
+	return ps, nil
 }
 
 // RunWithPodSetsInfo is Kueue's, run on the pinned view: it writes Kueue's

@@ -3,6 +3,7 @@ package kueuejob
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
@@ -115,6 +117,51 @@ func TestPodSetsReadThePinnedCopy(t *testing.T) {
 				t.Errorf("PodSets changed runtimeRef to %q", job.Spec.RuntimeRef.Name)
 			}
 		})
+	}
+}
+
+// TestPodSetsComputedOncePerGeneration: Kueue asks for a job's pod sets on
+// every pass; they are computed (a dry-run Workload create on the API
+// server) once per generation of the job and pinned copy, and a caller that
+// changes what it got changes nothing cached.
+func TestPodSetsComputedOncePerGeneration(t *testing.T) {
+	dryRuns := 0
+	c := interceptor.NewClient(newClient(t).(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*kueue.Workload); ok {
+				dryRuns++
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	tj := pinnedJob(t, c, 2)
+	cache := newPodSetCache(podSetCacheSize)
+	podSets := func(tj *trainer.TrainJob) []kueue.PodSet {
+		t.Helper()
+		job := newJobWithCache(cache)().(*TrainJob)
+		job.TrainJob = *asKueue(tj.DeepCopy())
+		got, err := job.PodSets(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	first := podSets(tj)
+	first[0].Count = 99
+	if got := podSets(tj); got[0].Count != 2 || dryRuns != 1 {
+		t.Errorf("second pass: count %d after %d dry runs, want 2 after 1", got[0].Count, dryRuns)
+	}
+	tj.Generation++
+	podSets(tj)
+	if dryRuns != 2 {
+		t.Errorf("a new generation: %d dry runs in all, want 2", dryRuns)
+	}
+	other := tj.DeepCopy()
+	other.Annotations[snapshot.AnnotationHash] = "sha256:" + strings.Repeat("0", 64)
+	job := newJobWithCache(cache)().(*TrainJob)
+	job.TrainJob = *asKueue(other)
+	if _, err := job.PodSets(context.Background(), c); err == nil {
+		t.Errorf("a job pinned to another copy got the cached pod sets, want the copy read (and missing)")
 	}
 }
 
