@@ -33,6 +33,9 @@ type KubeStatus struct {
 	StateDir string
 	// CAConfigMap (DefaultStatusCAConfigMap).
 	CAConfigMap string
+	// Pod is this replica's pod in Namespace; when set, the elected
+	// replica's pod carries LabelStatusLeader, which the Service selects.
+	Pod string
 }
 
 // setupKubeStatus adds the endpoint to mgr, points opts' reports at it and
@@ -60,6 +63,11 @@ func setupKubeStatus(mgr ctrl.Manager, spokeCfg *rest.Config, target string, s *
 	}
 	if err := mgr.Add(ep); err != nil {
 		return nil, err
+	}
+	if s.Pod != "" {
+		if err := addStatusLeaderLabel(mgr, spokeCfg, s.Namespace, s.Pod); err != nil {
+			return nil, err
+		}
 	}
 	opts.Progress = reports
 	return &kubework.StatusAccess{Endpoint: kubework.StatusEndpoint{BaseURL: url, CAConfigMap: s.CAConfigMap}, CA: ep.CAPEM(),
