@@ -57,7 +57,7 @@ func setupKubeStatus(mgr ctrl.Manager, spokeCfg *rest.Config, target string, s *
 	url := fmt.Sprintf("https://%s.%s.svc:%d", s.Service, s.Namespace, s.Port)
 	reports := statusapi.NewReports(opts.ProgressInterval)
 	ep, err := statusapi.NewEndpoint(statusapi.EndpointOptions{Listen: s.Listen, URL: url, StateDir: s.StateDir,
-		Auth: statusapi.TokenReviewAuth{Spoke: spoke, Hub: mgr.GetClient()}}, target, mgr.GetCache(), reports, ctrl.Log.WithName("status-api"))
+		Auth: statusapi.NewCachedAuth(statusapi.TokenReviewAuth{Spoke: spoke, Hub: mgr.GetClient()})}, target, mgr.GetCache(), reports, ctrl.Log.WithName("status-api"))
 	if err != nil {
 		return nil, err
 	}
