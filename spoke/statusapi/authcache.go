@@ -3,6 +3,7 @@ package statusapi
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"sync"
 	"time"
 
@@ -21,7 +22,17 @@ const (
 	// that reports, so 8,192 pods reporting within a TTL before the oldest
 	// entry is reviewed again (about 1 MiB).
 	DefaultAuthCacheSize = 8192
+	// DefaultReviewRate and DefaultReviewBurst bound the reviews CachedAuth
+	// asks for, all jobs together (a flood of bad tokens from a tenant's
+	// pods would otherwise be a flood of TokenReviews on the spoke's API
+	// server); past them a report is answered 429 like one over its job's
+	// budget.
+	DefaultReviewRate  = 50.0
+	DefaultReviewBurst = 100
 )
+
+// ErrBusy: the credential was not checked, as too many were just now.
+var ErrBusy = errors.New("too many status credentials to check")
 
 // CachedAuth remembers, for TTL, the tokens Auth accepted, keyed by the
 // SHA-256 of token and path (the token itself is never kept or logged).
@@ -32,9 +43,14 @@ type CachedAuth struct {
 	TTL   time.Duration
 	Size  int
 	Clock clock.PassiveClock
+	// ReviewRate (a second) and ReviewBurst bound the calls to Auth; 0:
+	// unbounded.
+	ReviewRate  float64
+	ReviewBurst int
 
 	mu      sync.Mutex
 	entries map[[sha256.Size]byte]cachedCaller
+	reviews *bucket
 }
 
 type cachedCaller struct {
@@ -44,7 +60,8 @@ type cachedCaller struct {
 
 // NewCachedAuth caches auth's acceptances with the defaults.
 func NewCachedAuth(auth Authenticator) *CachedAuth {
-	return &CachedAuth{Auth: auth, TTL: DefaultAuthCacheTTL, Size: DefaultAuthCacheSize, Clock: clock.RealClock{}}
+	return &CachedAuth{Auth: auth, TTL: DefaultAuthCacheTTL, Size: DefaultAuthCacheSize, Clock: clock.RealClock{},
+		ReviewRate: DefaultReviewRate, ReviewBurst: DefaultReviewBurst}
 }
 
 // Authenticate answers from the cache, or asks Auth and keeps what it
@@ -54,9 +71,16 @@ func (c *CachedAuth) Authenticate(ctx context.Context, token, namespace, name st
 	now := c.Clock.Now()
 	c.mu.Lock()
 	e, ok := c.entries[key]
+	busy := false
+	if !ok || !now.Before(e.expires) {
+		busy = c.spendReview(now)
+	}
 	c.mu.Unlock()
 	if ok && now.Before(e.expires) {
 		return e.caller, nil
+	}
+	if busy {
+		return Caller{}, ErrBusy
 	}
 	caller, err := c.Auth.Authenticate(ctx, token, namespace, name)
 	if err != nil {
@@ -64,6 +88,18 @@ func (c *CachedAuth) Authenticate(ctx context.Context, token, namespace, name st
 	}
 	c.put(key, cachedCaller{caller: caller, expires: now.Add(c.TTL)}, now)
 	return caller, nil
+}
+
+// spendReview takes one review from the budget; true when none is left.
+// c.mu is held.
+func (c *CachedAuth) spendReview(now time.Time) bool {
+	if c.ReviewRate <= 0 {
+		return false
+	}
+	if c.reviews == nil {
+		c.reviews = &bucket{tokens: float64(max(c.ReviewBurst, 1)), at: now}
+	}
+	return c.reviews.take(now, c.ReviewRate, c.ReviewBurst) > 0
 }
 
 // Len is the number of tokens kept, for tests and bounds.

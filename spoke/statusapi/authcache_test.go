@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/kubeflow/trainer/v2/pkg/statusserver"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -87,5 +92,52 @@ func TestCachedAuth(t *testing.T) {
 	}
 	if _, err := call("pod-0", "train"); err != nil || inner.reviews != before+1 {
 		t.Errorf("the oldest token was kept past the size bound")
+	}
+}
+
+// TestCachedAuthBoundsReviews: past its review budget CachedAuth answers
+// ErrBusy without asking (a flood of bad tokens is not a flood of
+// TokenReviews), still answers what it has cached, and asks again once the
+// budget refills; the endpoint answers ErrBusy 429 with Retry-After.
+func TestCachedAuthBoundsReviews(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(now)
+	good := Caller{Dispatch: "uid-train", Attempt: 2}
+	inner := &countingAuth{accept: map[string]Caller{"good": good}}
+	c := &CachedAuth{Auth: inner, TTL: time.Minute, Size: 10, Clock: clk, ReviewRate: 1, ReviewBurst: 2}
+	ctx := context.Background()
+	if _, err := c.Authenticate(ctx, "good", "team-a", "train"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Authenticate(ctx, "bad-1", "team-a", "train"); !errors.Is(err, ErrBadToken) {
+		t.Fatalf("second review: %v", err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := c.Authenticate(ctx, fmt.Sprintf("flood-%d", i), "team-a", "train"); !errors.Is(err, ErrBusy) {
+			t.Fatalf("over the budget: %v, want ErrBusy", err)
+		}
+	}
+	if inner.reviews != 2 {
+		t.Errorf("%d reviews asked, want the budget's 2", inner.reviews)
+	}
+	if got, err := c.Authenticate(ctx, "good", "team-a", "train"); err != nil || got != good {
+		t.Errorf("a cached token while busy: %+v, %v", got, err)
+	}
+	clk.SetTime(now.Add(time.Second))
+	if _, err := c.Authenticate(ctx, "bad-2", "team-a", "train"); !errors.Is(err, ErrBadToken) || inner.reviews != 3 {
+		t.Errorf("a second later: %v after %d reviews, want reviewed (3)", err, inner.reviews)
+	}
+
+	srv := httptest.NewTLSServer((&Server{Target: "slurm-1", Auth: c, Dispatches: dispatchMap{}, Reports: NewReports(0),
+		Log: logr.Discard()}).Handler())
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+statusserver.StatusUrl("team-a", "train"), strings.NewReader(validBody))
+	req.Header.Set("Authorization", "Bearer flood-x")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("busy: %d Retry-After %q, want 429 and 1", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 }

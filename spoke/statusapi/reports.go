@@ -66,25 +66,30 @@ func NewReports(interval time.Duration) *Reports {
 func (r *Reports) Allow(uid types.UID, now time.Time) (bool, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	burst := float64(max(r.Burst, 1))
 	b, ok := r.buckets[uid]
 	if !ok {
-		b = bucket{tokens: burst, at: now}
+		b = bucket{tokens: float64(max(r.Burst, 1)), at: now}
 	}
+	wait := b.take(now, r.Rate, r.Burst)
+	r.buckets[uid] = b
+	return wait == 0, wait
+}
+
+// take takes one token at now from a bucket refilled at rate a second up
+// to burst, or says how long until one is there (0: taken).
+func (b *bucket) take(now time.Time, rate float64, burst int) time.Duration {
 	if now.After(b.at) {
-		b.tokens = min(burst, b.tokens+now.Sub(b.at).Seconds()*r.Rate)
+		b.tokens = min(float64(max(burst, 1)), b.tokens+now.Sub(b.at).Seconds()*rate)
 		b.at = now
 	}
-	if b.tokens < 1 {
-		r.buckets[uid] = b
-		if r.Rate <= 0 {
-			return false, time.Hour
-		}
-		return false, time.Duration((1 - b.tokens) / r.Rate * float64(time.Second))
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0
 	}
-	b.tokens--
-	r.buckets[uid] = b
-	return true, 0
+	if rate <= 0 {
+		return time.Hour
+	}
+	return max(time.Duration((1-b.tokens)/rate*float64(time.Second)), time.Nanosecond)
 }
 
 // Put records ts as the latest report of the Dispatch uid.

@@ -79,7 +79,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ok, wait := s.Reports.Allow(d.UID, s.now()); !ok {
-		tooMany(w, wait)
+		tooMany(w, wait, "Too many status reports for this TrainJob")
 		return
 	}
 	var req trainer.UpdateTrainJobStatusRequest
@@ -117,6 +117,9 @@ func (s *Server) authorize(ctx context.Context, header, ns, name string) (*v1alp
 	if errors.Is(err, ErrBadToken) {
 		return nil, http.StatusForbidden
 	}
+	if errors.Is(err, ErrBusy) {
+		return nil, http.StatusTooManyRequests
+	}
 	if err != nil {
 		s.Log.Error(err, "authenticating a status report")
 		return nil, http.StatusInternalServerError
@@ -152,6 +155,8 @@ func answerCode(w http.ResponseWriter, code int) {
 		answer(w, code, metav1.StatusReasonForbidden, "Forbidden")
 	case http.StatusNotFound:
 		answer(w, code, metav1.StatusReasonNotFound, "Train job not found")
+	case http.StatusTooManyRequests:
+		tooMany(w, time.Second, "Too many status reports to check")
 	default:
 		answer(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "Internal error")
 	}
@@ -167,12 +172,12 @@ func (s *Server) now() time.Time {
 // tooMany answers a report over its job's budget as the Kubernetes API
 // server answers a client over its limits: 429, Retry-After in whole
 // seconds (at least 1), and a metav1.Status saying the same.
-func tooMany(w http.ResponseWriter, wait time.Duration) {
+func tooMany(w http.ResponseWriter, wait time.Duration, msg string) {
 	secs := max(int32(math.Ceil(wait.Seconds())), 1)
 	w.Header().Set("Retry-After", strconv.Itoa(int(secs)))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusTooManyRequests)
-	_ = json.NewEncoder(w).Encode(metav1.Status{Status: metav1.StatusFailure, Message: "Too many status reports for this TrainJob",
+	_ = json.NewEncoder(w).Encode(metav1.Status{Status: metav1.StatusFailure, Message: msg,
 		Reason: metav1.StatusReasonTooManyRequests, Code: http.StatusTooManyRequests, Details: &metav1.StatusDetails{RetryAfterSeconds: secs}})
 }
 
