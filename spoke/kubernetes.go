@@ -134,6 +134,12 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	if err != nil {
 		return nil, err
 	}
+	var access *kubework.StatusAccess
+	if o.Status != nil {
+		if access, err = setupKubeStatus(mgr, spokeCfg, t.Name, o.Status, &opts); err != nil {
+			return nil, err
+		}
+	}
 	switch k.Backend {
 	case v1alpha1.KubernetesBackendLeaderWorkerSet:
 		if err := requireKind(spoke, t.Name, lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), "LeaderWorkerSet v0.8"); err != nil {
@@ -141,7 +147,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 		}
 		opts.Backend = lws.New(spoke.GetClient(), lws.Options{
 			Namespace: k.Namespace, Policy: settings.Policy, Egress: settings.Egress, Binding: binding, TopologyLevels: k.TopologyLevels,
-			LiveReader: spoke.GetAPIReader(), Logs: logs,
+			LiveReader: spoke.GetAPIReader(), Logs: logs, Status: access,
 		})
 		// A LeaderWorkerSet's job ends in its pods' container statuses.
 		opts.RemoteEvents = append(opts.RemoteEvents,
@@ -150,12 +156,6 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	case v1alpha1.KubernetesBackendJobSet, "":
 		if err := requireKind(spoke, t.Name, jobsetv1alpha2.SchemeGroupVersion.WithKind("JobSet"), "JobSet v0.11"); err != nil {
 			return nil, err
-		}
-		var access *kubework.StatusAccess
-		if o.Status != nil {
-			if access, err = setupKubeStatus(mgr, spokeCfg, t.Name, o.Status, &opts); err != nil {
-				return nil, err
-			}
 		}
 		opts.Backend = jobset.New(spoke.GetClient(), jobset.Options{
 			Namespace: k.Namespace, Policy: settings.Policy, Egress: settings.Egress, Binding: binding, TopologyLevels: k.TopologyLevels,

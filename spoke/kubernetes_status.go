@@ -33,6 +33,9 @@ type KubeStatus struct {
 	StateDir string
 	// CAConfigMap (DefaultStatusCAConfigMap).
 	CAConfigMap string
+	// Pod is this replica's pod in Namespace; when set, the elected
+	// replica's pod carries LabelStatusLeader, which the Service selects.
+	Pod string
 }
 
 // setupKubeStatus adds the endpoint to mgr, points opts' reports at it and
@@ -54,12 +57,17 @@ func setupKubeStatus(mgr ctrl.Manager, spokeCfg *rest.Config, target string, s *
 	url := fmt.Sprintf("https://%s.%s.svc:%d", s.Service, s.Namespace, s.Port)
 	reports := statusapi.NewReports(opts.ProgressInterval)
 	ep, err := statusapi.NewEndpoint(statusapi.EndpointOptions{Listen: s.Listen, URL: url, StateDir: s.StateDir,
-		Auth: statusapi.TokenReviewAuth{Spoke: spoke, Hub: mgr.GetClient()}}, target, mgr.GetCache(), reports, ctrl.Log.WithName("status-api"))
+		Auth: statusapi.NewCachedAuth(statusapi.TokenReviewAuth{Spoke: spoke, Hub: mgr.GetClient()})}, target, mgr.GetCache(), reports, ctrl.Log.WithName("status-api"))
 	if err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(ep); err != nil {
 		return nil, err
+	}
+	if s.Pod != "" {
+		if err := addStatusLeaderLabel(mgr, spokeCfg, s.Namespace, s.Pod); err != nil {
+			return nil, err
+		}
 	}
 	opts.Progress = reports
 	return &kubework.StatusAccess{Endpoint: kubework.StatusEndpoint{BaseURL: url, CAConfigMap: s.CAConfigMap}, CA: ep.CAPEM(),

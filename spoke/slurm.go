@@ -51,6 +51,10 @@ type SlurmOptions struct {
 	// Status, when set, serves Trainer's status API to the jobs and gives
 	// each job the environment that points it there.
 	Status *statusapi.EndpointOptions
+	// StatusPod is this replica's pod in the Election's namespace and
+	// cluster; when set, the elected replica's pod carries
+	// LabelStatusLeader, which the chart's Service selects.
+	StatusPod string
 	// SkipNameValidation lets a process build the same agent twice.
 	SkipNameValidation bool
 }
@@ -124,6 +128,11 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 		}
 		backend.JobEnv = ep.JobEnv
 		opts.Progress = reports
+		if o.StatusPod != "" && o.Election.Config != nil {
+			if err := addStatusLeaderLabel(mgr, o.Election.Config, o.Election.Namespace, o.StatusPod); err != nil {
+				return nil, err
+			}
+		}
 	}
 	opts.HeartbeatKick = kick
 	opts.Target, opts.Namespace, opts.Backend = name, ns, backend

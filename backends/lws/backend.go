@@ -39,6 +39,9 @@ type Options struct {
 	// Logs reads pod logs for Logs (nil: the backend reads no logs).
 	Logs  kubernetes.Interface
 	Clock clock.PassiveClock
+	// Status, when set, is the agent's status endpoint (see
+	// jobset.Options).
+	Status *kubework.StatusAccess
 }
 
 // Backend runs Dispatches as LeaderWorkerSets on one spoke cluster.
@@ -69,7 +72,8 @@ func New(c client.Client, opts Options) *Backend {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	ns := &kubework.Namespaces{Prefix: opts.Namespace, Level: opts.Policy.Level, Egress: opts.Egress, Binding: opts.Binding, Reader: opts.LiveReader}
+	ns := &kubework.Namespaces{Prefix: opts.Namespace, Level: opts.Policy.Level, Egress: opts.Egress, Binding: opts.Binding, Reader: opts.LiveReader,
+		Status: opts.Status}
 	return &Backend{c: c, opts: opts, namespaces: ns, policy: kubework.NewLivePolicy(opts.Policy),
 		nodes: jobset.New(c, jobset.Options{Namespace: opts.Namespace, TopologyLevels: opts.TopologyLevels})}
 }
@@ -86,8 +90,13 @@ func (b *Backend) key(d *v1alpha1.Dispatch) client.ObjectKey {
 	return client.ObjectKey{Namespace: kubework.NamespaceOf(b.opts.Namespace, d), Name: backends.RemoteName(d)}
 }
 
+// render renders d for this Target, with the agent's status endpoint.
 func (b *Backend) render(d *v1alpha1.Dispatch, ns string) (*Rendered, error) {
-	return Render(d, jobset.RenderOptions{Namespace: ns, Policy: b.policy.Load()})
+	r, err := Render(d, jobset.RenderOptions{Namespace: ns, Policy: b.policy.Load()})
+	if err == nil && b.opts.Status != nil {
+		withTrainerStatus(r.LWS, b.opts.Status.Endpoint, d)
+	}
+	return r, err
 }
 
 // Capacity is the spoke's capacity, as the JobSet backend counts it.

@@ -39,7 +39,7 @@ type flags struct {
 	statusTokenLifetime                             time.Duration
 	statusService, statusServiceNamespace           string
 	statusServicePort                               int
-	statusAgentLabels                               string
+	statusAgentLabels, statusPod                    string
 }
 
 func main() {
@@ -79,6 +79,7 @@ func main() {
 	flag.StringVar(&f.statusServiceNamespace, "status-service-namespace", "", "namespace of --status-service (kubernetes backend)")
 	flag.IntVar(&f.statusServicePort, "status-service-port", 9443, "port of --status-service (kubernetes backend)")
 	flag.StringVar(&f.statusAgentLabels, "status-agent-labels", "", "labels of the agent's pods, k=v,...: tenant pods may reach these on --status-service-port and nothing else (kubernetes backend)")
+	flag.StringVar(&f.statusPod, "status-pod", os.Getenv("POD_NAME"), "this replica's pod (in --status-service-namespace; with --backend=slurm in --leader-election-namespace of the cluster it runs in): the elected replica's carries the label trainyard.dev/status-leader=true, which the status Service selects (default $POD_NAME; empty: no label)")
 	flag.DurationVar(&f.statusTokenLifetime, "status-token-lifetime", statusapi.DefaultTokenLifetime, "how long a job's status credential is accepted")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
@@ -122,7 +123,7 @@ func run(f flags) error {
 			Target: f.target, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
 			LeaderElect: f.leaderElect, Election: election, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
 			ServiceUser: f.slurmServiceUser, PollInterval: f.slurmPoll, OutputRoot: f.slurmOutputRoot,
-			Status: statusEndpointOf(f),
+			Status: statusEndpointOf(f), StatusPod: f.statusPod,
 		})
 	default:
 		return fmt.Errorf("unknown --backend %q (kubernetes or slurm)", f.backend)
@@ -172,5 +173,5 @@ func kubeStatusOf(f flags) *spoke.KubeStatus {
 		}
 	}
 	return &spoke.KubeStatus{Listen: f.statusListen, Service: f.statusService, Namespace: f.statusServiceNamespace,
-		Port: int32(f.statusServicePort), AgentLabels: labels, StateDir: f.statusStateDir}
+		Port: int32(f.statusServicePort), AgentLabels: labels, StateDir: f.statusStateDir, Pod: f.statusPod}
 }

@@ -113,9 +113,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.flight.stopWaiting(req.NamespacedName)
 		r.latency.forget(req.NamespacedName)
 		r.progress.forget(req.NamespacedName)
+		metrics.ForgetProgress(req.NamespacedName.String())
 		return ctrl.Result{}, nil
 	}
 	res, err := r.sync(ctx, s)
+	noteProgress(req.NamespacedName, s, r.mustTearDown(s))
 	if err != nil {
 		metrics.SyncError("hub-dispatch")
 	}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
 
 // ProgressFieldOwner is the field manager the hub writes a TrainJob's
@@ -151,4 +152,21 @@ func trainerStatusApply(ts *trainer.TrainerStatus) *trainerac.TrainerStatusApply
 		a.WithMetrics(trainerac.Metric().WithName(m.Name).WithValue(m.Value))
 	}
 	return a
+}
+
+// noteProgress keeps the job's progress gauges (metrics.ObserveProgress):
+// a series while the live attempt runs and has reported, none otherwise
+// (not running, being torn down, requeued, or silent in this attempt), so
+// an alert on the last report's age sees only running jobs that use
+// Trainer's status API.
+func noteProgress(wl types.NamespacedName, s *state, tearingDown bool) {
+	d := s.live
+	if tearingDown || d == nil || d.Status.Phase != v1alpha1.DispatchRunning ||
+		d.Status.ObservedAttempt != d.Spec.Attempt || d.Status.TrainerStatus == nil {
+		metrics.ForgetProgress(wl.String())
+		return
+	}
+	ts := d.Status.TrainerStatus
+	metrics.ObserveProgress(wl.String(), metrics.Progress{Namespace: d.Spec.Workload.Namespace, TrainJob: d.Spec.TrainJob.Name,
+		Target: d.Spec.TargetName, Percent: ts.ProgressPercentage, LastReport: ts.LastUpdatedTime.Time})
 }

@@ -2,7 +2,8 @@
 // agent alike, registered on controller-runtime's registry so they appear on
 // the manager's /metrics endpoint. This file holds the hub's event metrics;
 // agent.go the agent's, state.go the gauges counted from a manager's cache
-// at each scrape, and transport.go the API write errors.
+// at each scrape, progress.go the running TrainJobs' progress, and
+// transport.go the API write errors.
 package metrics
 
 import (
@@ -72,7 +73,8 @@ func init() { Register(ctrlmetrics.Registry) }
 // controller-runtime's registry.
 func Register(reg prometheus.Registerer) {
 	reg.MustRegister(Dispatches, AdmissionToRunning, DecisionDuration, SyncErrors, APIWriteErrors,
-		BackendCallDuration, BackendCallErrors, FenceDeletions, newStateCollector(&sources, &heartbeats))
+		BackendCallDuration, BackendCallErrors, FenceDeletions, newStateCollector(&sources, &heartbeats),
+		progressCollector{set: &progress})
 }
 
 // Dispatched records one decision for target ("" when none was chosen).

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"net"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
 	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/internal/sandbox/slurm"
+	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )
 
 const (
@@ -97,7 +100,14 @@ func startTrainyard(ctx context.Context, f *fleet.Fleet, sl, slOCI *slurm.Cluste
 			return nil, err
 		}
 		alice := []v1alpha1.SlurmAccount{{Namespace: SampleNamespace, User: "alice"}}
+		status, err := sampleStatusEndpoint(filepath.Join(o.Dir, "status-hpc"))
+		if err != nil {
+			return nil, err
+		}
 		opts.Slurm = []controllers.SlurmTarget{{Name: "hpc", Cluster: sl, APIVersion: "v0.0.42",
+			// TorchSample reports its progress here: the emulated nodes
+			// share this machine's loopback.
+			Status:     status,
 			Partitions: []v1alpha1.SlurmPartition{{Flavor: sampleFlavor, Partition: "gpu"}, {Flavor: hpcFlavor, Partition: "gpu"}},
 			Accounts:   alice,
 			// hpc runs commands on its nodes: the chroot's Debian PyTorch
@@ -112,6 +122,18 @@ func startTrainyard(ctx context.Context, f *fleet.Fleet, sl, slOCI *slurm.Cluste
 		}}
 	}
 	return controllers.Start(ctx, f, opts)
+}
+
+// sampleStatusEndpoint is the status endpoint of the Slurm target hpc on a
+// free loopback port, its key and CA kept in dir.
+func sampleStatusEndpoint(dir string) (*statusapi.EndpointOptions, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return &statusapi.EndpointOptions{Listen: addr, URL: "https://" + addr, StateDir: dir}, nil
 }
 
 // sampleClusterRuntime is a torch runtime in the shape of Trainer's own
@@ -190,6 +212,55 @@ print(f"allreduce rank={dist.get_rank()} world={dist.get_world_size()} sum={t.it
 dist.destroy_process_group()
 `
 
+// TorchSampleProgram is what TorchSample runs: six steps of a gloo
+// all-reduce, SAMPLE_STEP_SECONDS (10) apart, after each of which rank 0
+// reports its progress, an ETA and a loss through Trainer's TrainJob status
+// API as Kubeflow's training callbacks do, with Python's standard library
+// only: the URL, token file and CA file of Trainer's three variables. A
+// report that fails is printed and training goes on; without the variables
+// (run by neither Trainer nor trainyard) nothing is reported. Its last line
+// is AllReduceProgram's: "sum=3" on each of 2 ranks.
+const TorchSampleProgram = `import datetime, json, os, ssl, time, urllib.request
+import torch
+import torch.distributed as dist
+
+STEPS = 6
+STEP_SECONDS = float(os.environ.get("SAMPLE_STEP_SECONDS", "10"))
+
+def report(step, loss, started):
+    url = os.environ.get("KUBEFLOW_TRAINER_SERVER_URL")
+    if not url:
+        return
+    pct = step * 100 // STEPS
+    try:
+        with open(os.environ["KUBEFLOW_TRAINER_SERVER_TOKEN"]) as f:
+            token = f.read().strip()
+        ctx = ssl.create_default_context(cafile=os.environ["KUBEFLOW_TRAINER_SERVER_CA_CERT"])
+        remaining = int((time.monotonic() - started) / step * (STEPS - step))
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"trainerStatus": {"progressPercentage": pct, "estimatedRemainingSeconds": remaining,
+            "metrics": [{"name": "loss", "value": "%.4f" % loss}, {"name": "step", "value": str(step)}],
+            "lastUpdatedTime": now}}
+        req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+            headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+            print("progress %d%% reported: %d" % (pct, r.status), flush=True)
+    except Exception as e:
+        print("[Kubeflow] Unable to send trainer status. %s" % e, flush=True)
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+started = time.monotonic()
+for step in range(1, STEPS + 1):
+    time.sleep(STEP_SECONDS)
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    if rank == 0:
+        report(step, 1.0 / (step * t.item()), started)
+print(f"allreduce rank={rank} world={world} sum={t.item():g}", flush=True)
+dist.destroy_process_group()
+`
+
 // slurmSample is a two-node TrainJob of 1 GPU per node (so one process
 // per node) in queue.
 func slurmSample(name, queue string) *trainer.TrainJob {
@@ -204,12 +275,13 @@ func slurmSample(name, queue string) *trainer.TrainJob {
 }
 
 // torchSample is TorchSample: torchrun, started by trainyard's torchrun
-// launcher on 2 Slurm nodes, runs a gloo all-reduce on the CPU (the
-// chroot's Debian PyTorch). All emulated nodes are one host, so gloo uses
-// loopback.
+// launcher on 2 Slurm nodes, runs TorchSampleProgram's gloo all-reduces on
+// the CPU (the chroot's Debian PyTorch) for about a minute, reporting its
+// progress to the agent of hpc. All emulated nodes are one host, so gloo
+// uses loopback.
 func torchSample() *trainer.TrainJob {
 	tj := slurmSample(TorchSample, SlurmQueue)
-	tj.Spec.Trainer.Command = []string{"torchrun", "--no-python", "python3", "-c", AllReduceProgram}
+	tj.Spec.Trainer.Command = []string{"torchrun", "--no-python", "python3", "-c", TorchSampleProgram}
 	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "GLOO_SOCKET_IFNAME", Value: "lo"}}
 	return tj
 }

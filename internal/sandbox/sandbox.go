@@ -154,7 +154,7 @@ func Start(ctx context.Context, o Options) (s *Sandbox, err error) {
 		if err = submitRetrying(ctx, s.Fleet, torchSample()); err != nil {
 			return s, err
 		}
-		progress("submitted %s to queue %s/%s: real PyTorch (torchrun, gloo all-reduce) on the Slurm target hpc", TorchSample, SampleNamespace, SlurmQueue)
+		progress("submitted %s to queue %s/%s: real PyTorch (torchrun, gloo all-reduce) on the Slurm target hpc, reporting its progress (kubectl get trainjob %s -n %s -o jsonpath='{.status.trainerStatus}')", TorchSample, SampleNamespace, SlurmQueue, TorchSample, SampleNamespace)
 		if err = submitRetrying(ctx, s.Fleet, ociSample(image)); err != nil {
 			return s, err
 		}

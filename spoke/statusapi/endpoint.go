@@ -94,7 +94,7 @@ func NewEndpoint(o EndpointOptions, target string, reader client.Reader, reports
 		auth = SignerAuth{Signer: signer, Clock: o.Clock}
 	}
 	return &Endpoint{opts: o, state: state, signer: signer, server: &Server{
-		Target: target, Auth: auth, Dispatches: CachedDispatches{Reader: reader}, Reports: reports, Log: log,
+		Target: target, Auth: auth, Dispatches: CachedDispatches{Reader: reader}, Reports: reports, Log: log, Clock: o.Clock,
 	}}, nil
 }
 

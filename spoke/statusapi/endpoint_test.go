@@ -95,3 +95,23 @@ func TestEndpointServesJobsOverTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointOnlyOnTheElectedReplica: the endpoint is a leader-elected
+// runnable, so a standby replica does not listen (a report is refused at
+// connect: the reports live in the elected replica's memory, which alone
+// writes them to the hub); the agent's status Service selects the elected
+// replica's pod (spoke's status-leader label, TestStatusLeaderLabel).
+func TestEndpointOnlyOnTheElectedReplica(t *testing.T) {
+	ep, err := NewEndpoint(EndpointOptions{Listen: freeAddr(t), URL: "https://agent.example:9443", StateDir: t.TempDir()}, "slurm-1",
+		fake.NewClientBuilder().Build(), NewReports(0), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ep.NeedLeaderElection() {
+		t.Error("the status endpoint runs on standby replicas too")
+	}
+	if conn, err := net.DialTimeout("tcp", ep.opts.Listen, time.Second); err == nil {
+		conn.Close()
+		t.Error("an endpoint not started (a standby's) accepts connections")
+	}
+}

@@ -9,14 +9,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"github.com/kubeflow/trainer/v2/pkg/statusserver"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
@@ -47,6 +51,8 @@ type Server struct {
 	Dispatches Dispatches
 	Reports    *Reports
 	Log        logr.Logger
+	// Clock times each job's report budget (default: real clock).
+	Clock clock.PassiveClock
 }
 
 // Handler routes Trainer's status path; every other request gets 404.
@@ -70,6 +76,10 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	if code != http.StatusOK {
 		log.V(2).Info("status report refused", "code", code)
 		answerCode(w, code)
+		return
+	}
+	if ok, wait := s.Reports.Allow(d.UID, s.now()); !ok {
+		tooMany(w, wait, "Too many status reports for this TrainJob")
 		return
 	}
 	var req trainer.UpdateTrainJobStatusRequest
@@ -107,6 +117,9 @@ func (s *Server) authorize(ctx context.Context, header, ns, name string) (*v1alp
 	if errors.Is(err, ErrBadToken) {
 		return nil, http.StatusForbidden
 	}
+	if errors.Is(err, ErrBusy) {
+		return nil, http.StatusTooManyRequests
+	}
 	if err != nil {
 		s.Log.Error(err, "authenticating a status report")
 		return nil, http.StatusInternalServerError
@@ -142,9 +155,30 @@ func answerCode(w http.ResponseWriter, code int) {
 		answer(w, code, metav1.StatusReasonForbidden, "Forbidden")
 	case http.StatusNotFound:
 		answer(w, code, metav1.StatusReasonNotFound, "Train job not found")
+	case http.StatusTooManyRequests:
+		tooMany(w, time.Second, "Too many status reports to check")
 	default:
 		answer(w, http.StatusInternalServerError, metav1.StatusReasonInternalError, "Internal error")
 	}
+}
+
+func (s *Server) now() time.Time {
+	if s.Clock == nil {
+		return time.Now()
+	}
+	return s.Clock.Now()
+}
+
+// tooMany answers a report over its job's budget as the Kubernetes API
+// server answers a client over its limits: 429, Retry-After in whole
+// seconds (at least 1), and a metav1.Status saying the same.
+func tooMany(w http.ResponseWriter, wait time.Duration, msg string) {
+	secs := max(int32(math.Ceil(wait.Seconds())), 1)
+	w.Header().Set("Retry-After", strconv.Itoa(int(secs)))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_ = json.NewEncoder(w).Encode(metav1.Status{Status: metav1.StatusFailure, Message: msg,
+		Reason: metav1.StatusReasonTooManyRequests, Code: http.StatusTooManyRequests, Details: &metav1.StatusDetails{RetryAfterSeconds: secs}})
 }
 
 // answer writes a failure as Trainer's server does: a metav1.Status.

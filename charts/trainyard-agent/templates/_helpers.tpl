@@ -26,3 +26,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "trainyard-agent.target" -}}
 {{- required "target (the name of the Target on the hub) is required" .Values.target -}}
 {{- end -}}
+
+{{/* Whether the agent serves Trainer's status API: on Slurm only with a URL the compute nodes reach. */}}
+{{- define "trainyard-agent.statusAPI" -}}
+{{- if and .Values.statusAPI.enabled (or (ne .Values.backend "slurm") .Values.statusAPI.url) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "trainyard-agent.statusService" -}}
+{{- default (printf "%s-status" (include "trainyard-agent.fullname" .)) .Values.statusAPI.service.name -}}
+{{- end -}}

@@ -31,8 +31,9 @@ func TestAgentKubernetes(t *testing.T) {
 			t.Errorf("ClusterRole does not let the agent read %s: %+v", r.resource, cr.Rules)
 		}
 	}
-	// Cluster-wide writes: making namespaces and binding the tenant role, nothing else.
-	writes := map[string][]string{"namespaces": {"create"}, "rolebindings": {"create"}, "clusterroles": {"bind"}}
+	// Cluster-wide writes: making namespaces, binding the tenant role and
+	// reviewing the status API's tokens, nothing else.
+	writes := map[string][]string{"namespaces": {"create"}, "rolebindings": {"create"}, "clusterroles": {"bind"}, "tokenreviews": {"create"}}
 	for _, rule := range cr.Rules {
 		for _, v := range rule.Verbs {
 			if slices.Contains([]string{"get", "list", "watch"}, v) {
@@ -227,7 +228,7 @@ func secretFileOf(t *testing.T, d *appsv1.Deployment, c *corev1.Container, path 
 // namespace. Its tenant RoleBindings it makes itself.
 func checkElectionRBAC(t *testing.T, objs objects, subject []rbacv1.Subject) {
 	t.Helper()
-	role := as[rbacv1.Role](t, objs.one(t, "Role"))
+	role := as[rbacv1.Role](t, objs.named(t, "Role", subject[0].Name+"-leader-election"))
 	if role.Namespace != "trainyard-system" || !strings.HasSuffix(role.Name, "-leader-election") {
 		t.Errorf("Role %s/%s, want the leader election's in the release namespace", role.Namespace, role.Name)
 	}
@@ -250,7 +251,7 @@ func checkElectionRBAC(t *testing.T, objs objects, subject []rbacv1.Subject) {
 	}) {
 		t.Errorf("leader-election Role = %+v, want the fence record %s", role.Rules, record)
 	}
-	rb := as[rbacv1.RoleBinding](t, objs.one(t, "RoleBinding"))
+	rb := as[rbacv1.RoleBinding](t, objs.named(t, "RoleBinding", subject[0].Name+"-leader-election"))
 	if rb.RoleRef.Name != role.Name || rb.Namespace != role.Namespace || !cmp.Equal(subject, rb.Subjects) {
 		t.Errorf("RoleBinding %s/%s %+v -> %+v, want %s -> %+v", rb.Namespace, rb.Name, rb.RoleRef, rb.Subjects, role.Name, subject)
 	}

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	. "github.com/onsi/gomega"
+	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -14,6 +16,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -153,6 +156,7 @@ func TestChartsOnAPIServer(t *testing.T) {
 
 	direct, err := client.New(cfg, client.Options{Scheme: spoke.SpokeScheme()})
 	g.Expect(err).NotTo(HaveOccurred())
+	checkStatusAPIAccess(ctx, t, c, cl, direct, binding, tj)
 	outside := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "outside", Namespace: "default"}}
 	bind := func(ns, role string) *rbacv1.RoleBinding {
 		return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + role, Namespace: ns},
@@ -177,6 +181,53 @@ func TestChartsOnAPIServer(t *testing.T) {
 	g.Expect(ns.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "baseline"))
 	var np networkingv1.NetworkPolicy
 	g.Expect(c.Client.Get(ctx, client.ObjectKey{Namespace: tenantNS, Name: kubework.PolicyDefaultDeny}, &np)).To(Succeed())
+}
+
+// checkStatusAPIAccess: as the chart's agent, with the status API on (the
+// chart's default), Submit gives the tenant namespace the CA ConfigMap and
+// the egress exception and brings the ConfigMap to a new CA; the agent may
+// review tokens and label the pods of its namespace, and no other.
+func checkStatusAPIAccess(ctx context.Context, t *testing.T, c *kube.Cluster, cl cluster.Cluster, direct client.Client,
+	binding *kubework.TenantBinding, tj *trainer.TrainJob) {
+	t.Helper()
+	g := NewWithT(t)
+	access := &kubework.StatusAccess{Endpoint: kubework.StatusEndpoint{BaseURL: "https://trainyard-agent-spoke1-status.trainyard-system.svc:9443",
+		CAConfigMap: spoke.DefaultStatusCAConfigMap}, CA: []byte("ca-1"), AgentNamespace: releaseNS,
+		AgentLabels: map[string]string{"app.kubernetes.io/name": "trainyard-agent"}, Port: 9443}
+	tenantNS := kubework.TenantNamespace(jobsNS, "team-a")
+	for attempt, ca := range map[int32]string{3: "ca-1", 4: "ca-2"} {
+		access.CA = []byte(ca)
+		b := jobset.New(cl.GetClient(), jobset.Options{Namespace: jobsNS, Binding: binding, LiveReader: cl.GetAPIReader(), Status: access})
+		d := tyt.MakeDispatch(fmt.Sprintf("status-%d", attempt), "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
+			SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tyt.TorchRuntimeSpec(1)).
+			PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 1}).Attempt(attempt).Obj()
+		_, err := b.Submit(ctx, d)
+		g.Expect(err).NotTo(HaveOccurred(), "Submit with the status API as the agent (CA %s)", ca)
+		var cm corev1.ConfigMap
+		g.Expect(c.Client.Get(ctx, client.ObjectKey{Namespace: tenantNS, Name: spoke.DefaultStatusCAConfigMap}, &cm)).To(Succeed())
+		g.Expect(cm.Data["ca.crt"]).To(Equal(ca))
+	}
+	var np networkingv1.NetworkPolicy
+	g.Expect(c.Client.Get(ctx, client.ObjectKey{Namespace: tenantNS, Name: kubework.PolicyAllowStatus}, &np)).To(Succeed())
+
+	review := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: "not-a-token", Audiences: []string{"trainer.kubeflow.org/x"}}}
+	g.Expect(direct.Create(ctx, review)).To(Succeed(), "the agent may not review tokens")
+	g.Expect(review.Status.Authenticated).To(BeFalse())
+	for _, ns := range []string{releaseNS, "team-a"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-pod", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "agent"}}}}
+		g.Expect(c.Client.Create(ctx, pod)).To(Succeed())
+		err := direct.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+spoke.LabelStatusLeader+`":"true"}}}`)))
+		if ns == releaseNS {
+			g.Expect(err).NotTo(HaveOccurred(), "the agent may not label its pod")
+		} else {
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the agent may label pods in %s: %v", ns, err)
+		}
+	}
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "tenant-config", Namespace: tenantNS}, Data: map[string]string{"a": "b"}}
+	g.Expect(c.Client.Create(ctx, other)).To(Succeed())
+	other.Data["a"] = "changed"
+	g.Expect(apierrors.IsForbidden(direct.Update(ctx, other))).To(BeTrue(), "the agent may update a tenant's ConfigMaps")
 }
 
 // install creates every object the API server knows the kind of, CRDs

@@ -71,6 +71,12 @@ func TestBadValuesRejected(t *testing.T) {
 			[]string{"hub.kubeconfigSecret (a Secret with the agent's hub kubeconfig) is required"}},
 		{"slurm agent bad poll interval", slurmRelease("--set", "slurm.pollInterval=often"),
 			[]string{schema, "/slurm/pollInterval"}},
+		{"slurm agent status URL not https", slurmRelease("--set", "statusAPI.url=http://agent:9443"),
+			[]string{schema, "/statusAPI/url", "does not match pattern"}},
+		{"agent status Service type", agentRelease("--set", "statusAPI.service.type=ExternalName"),
+			[]string{schema, "/statusAPI/service/type"}},
+		{"hub stall threshold zero", hubRelease("--set", "metrics.prometheusRule.trainJobStalledMinutes=0"),
+			[]string{schema, "/metrics/prometheusRule/trainJobStalledMinutes", "minimum"}},
 		{"slurm agent relative credential path", slurmRelease("--set", "slurm.mountPath=etc/slurm"),
 			[]string{schema, "/slurm/mountPath", "does not match pattern"}},
 	} {

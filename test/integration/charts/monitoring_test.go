@@ -65,7 +65,8 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	sort.Strings(names)
-	want := []string{"TrainyardDispatchErrorsRising", "TrainyardHeartbeatOld", "TrainyardJobsWaitingLong", "TrainyardTargetAwaitingAgent", "TrainyardTargetLost"}
+	want := []string{"TrainyardDispatchErrorsRising", "TrainyardHeartbeatOld", "TrainyardJobsWaitingLong", "TrainyardTargetAwaitingAgent",
+		"TrainyardTargetLost", "TrainyardTrainJobStalled"}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)
 	}
@@ -101,6 +102,18 @@ func TestMonitoringToggles(t *testing.T) {
 	}
 	if diff := cmp.Diff(file, rule.Object["spec"]); diff != "" {
 		t.Errorf("PrometheusRule spec differs from %s (-file +rendered):\n%s", alertsFile, diff)
+	}
+
+	// The stall threshold is the value's, and only it differs from the file.
+	stalled := hubRelease("--set", "metrics.prometheusRule.enabled=true",
+		"--set", "metrics.prometheusRule.trainJobStalledMinutes=45").render(t).one(t, "PrometheusRule")
+	b, err = yaml.Marshal(stalled.Object["spec"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Replace(string(mustYAML(t, file)), "> 60 * 30)", "> 60 * 45)", 1)
+	if diff := cmp.Diff(want, string(b)); diff != "" || !strings.Contains(string(b), "trainyard_trainjob_progress_last_report_timestamp_seconds > 60 * 45)") {
+		t.Errorf("trainJobStalledMinutes=45: the rule spec differs from %s with 45 minutes (-want +got):\n%s", alertsFile, diff)
 	}
 
 	cm := as[corev1.ConfigMap](t, on.named(t, "ConfigMap", "trainyard-hub-dashboard"))
@@ -222,3 +235,12 @@ func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 }
 
 func (r *recorder) Unregister(prometheus.Collector) bool { return false }
+
+func mustYAML(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

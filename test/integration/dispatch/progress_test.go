@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
@@ -77,6 +78,12 @@ func TestProgressOnDispatchReachesTrainJob(t *testing.T) {
 	}
 	g.Expect(progressWriters).To(ConsistOf(And(HaveField("Operation", metav1.ManagedFieldsOperationApply),
 		HaveField("Subresource", "status"))), "managed fields %v", tj.ManagedFields)
+	// The hub's gauges show the running job's progress and report time.
+	g.Eventually(func(g Gomega) {
+		got := progressGauges(g, tj)
+		g.Expect(got).To(HaveKeyWithValue("trainyard_trainjob_progress_percent", 10.0))
+		g.Expect(got).To(HaveKeyWithValue("trainyard_trainjob_progress_last_report_timestamp_seconds", float64(first.LastUpdatedTime.Unix())))
+	}, util.Timeout, util.Interval).Should(Succeed())
 
 	// The next report within the interval waits.
 	reportOnDispatch(g, &d, progressReport(20))
@@ -98,6 +105,26 @@ func TestProgressOnDispatchReachesTrainJob(t *testing.T) {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
 		g.Expect(tj.Status.TrainerStatus.ProgressPercentage).To(Equal(ptr.To[int32](20)))
 	}, dispatch.MinProgressInterval+util.Timeout, util.Interval).Should(Succeed())
+}
+
+// progressGauges reads tj's progress series, by metric name, from the
+// registry the in-process hub serves.
+func progressGauges(g Gomega, tj *trainer.TrainJob) map[string]float64 {
+	families, err := ctrlmetrics.Registry.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["trainjob_namespace"] == tj.Namespace && l["trainjob"] == tj.Name {
+				got[f.GetName()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return got
 }
 
 // podOf returns a pod of d's JobSet on its spoke.
