@@ -51,11 +51,15 @@ type CachedAuth struct {
 	mu      sync.Mutex
 	entries map[[sha256.Size]byte]cachedCaller
 	reviews *bucket
+	// kept numbers the entries in the order they were kept, so that of
+	// two expiring together the older goes first.
+	kept uint64
 }
 
 type cachedCaller struct {
 	caller  Caller
 	expires time.Time
+	seq     uint64
 }
 
 // NewCachedAuth caches auth's acceptances with the defaults.
@@ -110,7 +114,7 @@ func (c *CachedAuth) Len() int {
 }
 
 // put keeps e, making room first: expired entries go, then, if it is still
-// full, the one closest to expiring.
+// full, the one closest to expiring (of those, the one kept first).
 func (c *CachedAuth) put(key [sha256.Size]byte, e cachedCaller, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -119,20 +123,22 @@ func (c *CachedAuth) put(key [sha256.Size]byte, e cachedCaller, now time.Time) {
 	}
 	if _, ok := c.entries[key]; !ok && len(c.entries) >= max(c.Size, 1) {
 		var oldest [sha256.Size]byte
-		var oldestAt time.Time
+		var first *cachedCaller
 		for k, x := range c.entries {
 			if !now.Before(x.expires) {
 				delete(c.entries, k)
 				continue
 			}
-			if oldestAt.IsZero() || x.expires.Before(oldestAt) {
-				oldest, oldestAt = k, x.expires
+			if first == nil || x.expires.Before(first.expires) || x.expires.Equal(first.expires) && x.seq < first.seq {
+				oldest, first = k, &x
 			}
 		}
 		if len(c.entries) >= max(c.Size, 1) {
 			delete(c.entries, oldest)
 		}
 	}
+	c.kept++
+	e.seq = c.kept
 	c.entries[key] = e
 }
 
