@@ -79,7 +79,7 @@ func (r *Reconciler) syncCheckState(ctx context.Context, s *state) error {
 		}
 		msg := "accepted by " + where
 		if d.Status.Remote != nil {
-			msg = fmt.Sprintf("running on %s as %s %s", where, d.Status.Remote.Kind, remoteName(d.Status.Remote))
+			msg = fmt.Sprintf("running on %s as %s", where, d.Status.Remote)
 		}
 		return r.setCheck(ctx, s, kueue.CheckStateReady, msg)
 	case v1alpha1.DispatchRejected:
@@ -154,7 +154,7 @@ func (r *Reconciler) mirrorPhase(ctx context.Context, s *state, tj *trainer.Trai
 	where := fmt.Sprintf("on target %s (attempt %d)", d.Spec.TargetName, d.Spec.Attempt)
 	if d.Status.Remote != nil {
 		setConditionStatus(tj, ConditionCreated, metav1.ConditionTrue, v1alpha1.ReasonRemoteCreated,
-			fmt.Sprintf("%s %s created %s", d.Status.Remote.Kind, remoteName(d.Status.Remote), where))
+			fmt.Sprintf("%s created %s", d.Status.Remote, where))
 	}
 	running := d.Status.Phase == v1alpha1.DispatchRunning
 	if running || apimeta.FindStatusCondition(tj.Status.Conditions, ConditionRunning) != nil {
@@ -277,17 +277,6 @@ func (r *Reconciler) clearActive(ctx context.Context, s *state) error {
 		return nil
 	}
 	return r.applyTrainJobStatus(ctx, tj)
-}
-
-func remoteName(ref *v1alpha1.RemoteRef) string {
-	name := ref.Name
-	if ref.Namespace != "" {
-		name = ref.Namespace + "/" + name
-	}
-	if ref.ID != "" {
-		name += " (id " + ref.ID + ")"
-	}
-	return name
 }
 
 func truncate(s string, n int) string {

@@ -172,7 +172,7 @@ func printJobs(w io.Writer, format string, jobs []JobSummary, scope printScope, 
 			if j.Attempt > 0 {
 				attempt = strconv.Itoa(int(j.Attempt))
 			}
-			cells = append(cells, attempt, orNone(remoteName(j.Remote)))
+			cells = append(cells, attempt, orNone(j.Remote.String()))
 		}
 		row(tw, cells...)
 	}

@@ -140,22 +140,6 @@ func kueueState(tj *trainer.TrainJob, wl *kueue.Workload) string {
 	return StatePending
 }
 
-// remoteName prints a remote ref as the hub's check messages do:
-// "JobSet ns/name", "SlurmJob name (id 42)".
-func remoteName(ref *v1alpha1.RemoteRef) string {
-	if ref == nil {
-		return ""
-	}
-	name := ref.Name
-	if ref.Namespace != "" {
-		name = ref.Namespace + "/" + name
-	}
-	if ref.ID != "" {
-		name += " (id " + ref.ID + ")"
-	}
-	return ref.Kind + " " + name
-}
-
 // hubLists are the objects one command reads to join TrainJobs with their
 // Workloads and Dispatches.
 type hubLists struct {
