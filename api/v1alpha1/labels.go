@@ -37,6 +37,25 @@ const (
 	// spec.slurm.queueDepth); it counts against that depth until it runs.
 	AnnotationQueued = "trainyard.dev/queued"
 
+	// The runtime pin (hub/snapshot): at creation the hub copies a queued
+	// TrainJob's runtime into a pinned copy and records it on the job.
+	//
+	// LabelPinnedRuntime marks pinned runtime copies; the pinned-runtime
+	// policy refuses any change to their spec.
+	LabelPinnedRuntime = "trainyard.dev/pinned-runtime"
+	// AnnotationRuntimeSource on a TrainJob and its pinned runtime names the
+	// runtime the copy was taken from, as Kind/name.
+	AnnotationRuntimeSource = "trainyard.dev/runtime-source"
+	// AnnotationRuntimeHash is the pinned spec's content hash, on the
+	// TrainJob and its pinned runtime; on remote JobSets it records the
+	// runtime snapshot they were rendered from, for people comparing a
+	// spoke job with its Dispatch.
+	AnnotationRuntimeHash = "trainyard.dev/runtime-hash"
+	// AnnotationPinnedAt on a pinned copy is when a TrainJob was last
+	// pinned to it (RFC 3339); the collector keeps a copy for a grace
+	// period after it.
+	AnnotationPinnedAt = "trainyard.dev/pinned-at"
+
 	// WorkloadFinalizer holds a hub Workload until its Dispatches, and so
 	// its remote work, are gone.
 	WorkloadFinalizer = "trainyard.dev/dispatch"

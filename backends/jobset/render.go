@@ -13,20 +13,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-)
-
-const (
-	// AnnotationRuntimeHash records the runtime snapshot a JobSet was
-	// rendered from, for people comparing a spoke job with its Dispatch.
-	AnnotationRuntimeHash = "trainyard.dev/runtime-hash"
-
-	// queueNameLabel is Kueue's LocalQueue label; a spoke running its own
-	// Kueue would otherwise queue the job a second time.
-	queueNameLabel = "kueue.x-k8s.io/queue-name"
 )
 
 // RenderOptions says where the rendered JobSet lives on the spoke.
@@ -260,7 +251,7 @@ func finish(js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) {
 	if js.Annotations == nil {
 		js.Annotations = map[string]string{}
 	}
-	js.Annotations[AnnotationRuntimeHash] = d.Spec.Runtime.Hash
+	js.Annotations[v1alpha1.AnnotationRuntimeHash] = d.Spec.Runtime.Hash
 	// Trainer points the JobSet at the TrainJob, which does not exist on the
 	// spoke: the garbage collector would delete the JobSet at once.
 	js.OwnerReferences = nil
@@ -280,6 +271,7 @@ func withLabels(have, add map[string]string) map[string]string {
 		out = make(map[string]string, len(add))
 	}
 	maps.Copy(out, add)
-	delete(out, queueNameLabel)
+	// A spoke running its own Kueue would otherwise queue the job a second time.
+	delete(out, kueueconstants.QueueLabel)
 	return out
 }

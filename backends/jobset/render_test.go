@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
@@ -130,7 +131,7 @@ func kueueOwnedTrainJob() *trainer.TrainJob {
 
 func TestRenderMetadata(t *testing.T) {
 	rt := tyt.TorchRuntimeSpec(1)
-	rt.Template.Labels = map[string]string{tyt.QueueLabel: "spoke-queue", "team": "a"}
+	rt.Template.Labels = map[string]string{kueueconstants.QueueLabel: "spoke-queue", "team": "a"}
 	rt.Template.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
 	d := torchDispatch("d1", kueueOwnedTrainJob(), rt, 2).Obj()
 	js := mustRender(t, d)
@@ -155,7 +156,7 @@ func TestRenderMetadata(t *testing.T) {
 	want := meta{
 		Name: backends.RemoteName(d), Namespace: testNS,
 		Labels:      jsLabels,
-		Annotations: map[string]string{AnnotationRuntimeHash: d.Spec.Runtime.Hash},
+		Annotations: map[string]string{v1alpha1.AnnotationRuntimeHash: d.Spec.Runtime.Hash},
 		Suspend:     ptr.To(false),
 		PodLabels:   labels,
 		// The user's runtime patch reaches the spoke; Kueue's does not.

@@ -130,7 +130,7 @@ func (t *TrainJob) pinnedView(ctx context.Context, c client.Reader) (*kueuetrain
 	var rt trainer.TrainingRuntime
 	if err := c.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: ref.Name}, &rt); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			return nil, fmt.Errorf("%w: pinned copy %s of %s: %v", snapshot.ErrRuntimeNotFound, ref.Name, t.Annotations[snapshot.AnnotationSource], err)
+			return nil, fmt.Errorf("%w: pinned copy %s of %s: %v", snapshot.ErrRuntimeNotFound, ref.Name, t.Annotations[v1alpha1.AnnotationRuntimeSource], err)
 		}
 		return nil, err
 	}

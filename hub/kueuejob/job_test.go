@@ -83,9 +83,11 @@ func TestPodSetsReadThePinnedCopy(t *testing.T) {
 	}{
 		"pinned":               {wantCount: 2},
 		"no pin annotations":   {edit: func(tj *trainer.TrainJob) { tj.Annotations = nil }, wantErr: jobframework.IsUnretryableError},
-		"a malformed pin hash": {edit: func(tj *trainer.TrainJob) { tj.Annotations[snapshot.AnnotationHash] = "sha256:12" }, wantErr: jobframework.IsUnretryableError},
+		"a malformed pin hash": {edit: func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:12" }, wantErr: jobframework.IsUnretryableError},
 		"a pin to a copy that is gone": {
-			edit:    func(tj *trainer.TrainJob) { tj.Annotations[snapshot.AnnotationSource] = "ClusterTrainingRuntime/gone" },
+			edit: func(tj *trainer.TrainJob) {
+				tj.Annotations[v1alpha1.AnnotationRuntimeSource] = "ClusterTrainingRuntime/gone"
+			},
 			wantErr: func(err error) bool { return errors.Is(err, snapshot.ErrRuntimeNotFound) },
 		},
 	}

@@ -13,14 +13,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestUnpinnedReporter: a queued job without a pin fails with the reason
 // and an event; pinned, unqueued and finished jobs are left alone.
 func TestUnpinnedReporter(t *testing.T) {
-	pinned := map[string]string{snapshot.AnnotationSource: "ClusterTrainingRuntime/torch", snapshot.AnnotationHash: "sha256:" + strings.Repeat("ab", 32)}
+	pinned := map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch", v1alpha1.AnnotationRuntimeHash: "sha256:" + strings.Repeat("ab", 32)}
 	cases := map[string]struct {
 		tj       *trainer.TrainJob
 		wantFail bool

@@ -20,7 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -30,8 +32,8 @@ func squatter(t *testing.T, mutate func(*trainer.TrainingRuntime)) *trainer.Trai
 	t.Helper()
 	_, hash := mustEncode(t, tyt.TorchRuntimeSpec(1))
 	rt := trainingRuntime(pinnedName("torch-distributed", hash), ns, tyt.TorchRuntimeSpec(1))
-	rt.Labels = map[string]string{LabelPinned: "true"}
-	rt.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: hash}
+	rt.Labels = map[string]string{v1alpha1.LabelPinnedRuntime: "true"}
+	rt.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch-distributed", v1alpha1.AnnotationRuntimeHash: hash}
 	mutate(rt)
 	return rt
 }
@@ -43,10 +45,10 @@ func TestPinRefusesCopyOfOtherContent(t *testing.T) {
 		"a bigger spec under the pinned name": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8) },
 		"a bigger spec annotated with its own hash": func(rt *trainer.TrainingRuntime) {
 			rt.Spec = tyt.TorchRuntimeSpec(8)
-			_, rt.Annotations[AnnotationHash], _ = Encode(rt.Spec)
+			_, rt.Annotations[v1alpha1.AnnotationRuntimeHash], _ = Encode(rt.Spec)
 		},
 		"the right spec without the pinned label":    func(rt *trainer.TrainingRuntime) { rt.Labels = nil },
-		"the right spec annotated with another hash": func(rt *trainer.TrainingRuntime) { rt.Annotations[AnnotationHash] = "sha256:0123" },
+		"the right spec annotated with another hash": func(rt *trainer.TrainingRuntime) { rt.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:0123" },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -71,11 +73,13 @@ func TestPinRefusesCopyOfOtherContent(t *testing.T) {
 	}
 }
 
-// TestPinTouchesReusedCopy: reusing a copy stamps AnnotationPinnedAt, an
+// TestPinTouchesReusedCopy: reusing a copy stamps v1alpha1.AnnotationPinnedAt, an
 // update at the version read, so a collector holding an older version
 // cannot delete it.
 func TestPinTouchesReusedCopy(t *testing.T) {
-	rt := squatter(t, func(rt *trainer.TrainingRuntime) { rt.Annotations[AnnotationPinnedAt] = "2020-01-01T00:00:00Z" })
+	rt := squatter(t, func(rt *trainer.TrainingRuntime) {
+		rt.Annotations[v1alpha1.AnnotationPinnedAt] = "2020-01-01T00:00:00Z"
+	})
 	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
 	var old trainer.TrainingRuntime
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(rt), &old); err != nil {
@@ -90,8 +94,8 @@ func TestPinTouchesReusedCopy(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(rt), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Annotations[AnnotationPinnedAt] != now.Format(time.RFC3339) {
-		t.Errorf("%s = %q, want %s", AnnotationPinnedAt, got.Annotations[AnnotationPinnedAt], now.Format(time.RFC3339))
+	if got.Annotations[v1alpha1.AnnotationPinnedAt] != now.Format(time.RFC3339) {
+		t.Errorf("%s = %q, want %s", v1alpha1.AnnotationPinnedAt, got.Annotations[v1alpha1.AnnotationPinnedAt], now.Format(time.RFC3339))
 	}
 	err := c.Delete(context.Background(), &old, client.Preconditions{UID: &old.UID, ResourceVersion: &old.ResourceVersion})
 	if !apierrors.IsConflict(err) {
@@ -158,7 +162,7 @@ func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
 		"a bigger spec": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8) },
 		"a bigger spec, annotated to match it": func(rt *trainer.TrainingRuntime) {
 			rt.Spec = tyt.TorchRuntimeSpec(8)
-			rt.Annotations[AnnotationHash] = "x"
+			rt.Annotations[v1alpha1.AnnotationRuntimeHash] = "x"
 		},
 		"a bigger spec, unlabelled": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8); rt.Labels = nil },
 	}
@@ -176,7 +180,7 @@ func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := Take(context.Background(), c, tj)
-			if !errors.Is(err, ErrSnapshotMismatch) || !strings.Contains(err.Error(), tj.Annotations[AnnotationHash]) {
+			if !errors.Is(err, ErrSnapshotMismatch) || !strings.Contains(err.Error(), tj.Annotations[v1alpha1.AnnotationRuntimeHash]) {
 				t.Fatalf("Take error = %v, want %v naming the pinned hash", err, ErrSnapshotMismatch)
 			}
 		})
@@ -188,14 +192,18 @@ func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
 // one the tenant can still edit. The same job pinned is taken.
 func TestTakeRefusesUnpinned(t *testing.T) {
 	cases := map[string]func(*trainer.TrainJob){
-		"pinned":                  nil,
-		"no pin annotations":      func(tj *trainer.TrainJob) { tj.Annotations = nil },
-		"the hash only":           func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationSource) },
-		"the source only":         func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationHash) },
-		"empty annotations":       func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash], tj.Annotations[AnnotationSource] = "", "" },
-		"a short hash":            func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash] = "sha256:0123" },
-		"a hash of another kind":  func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash] = "md5:" + strings.Repeat("0", 64) },
-		"a source without a kind": func(tj *trainer.TrainJob) { tj.Annotations[AnnotationSource] = "torch-distributed" },
+		"pinned":             nil,
+		"no pin annotations": func(tj *trainer.TrainJob) { tj.Annotations = nil },
+		"the hash only":      func(tj *trainer.TrainJob) { delete(tj.Annotations, v1alpha1.AnnotationRuntimeSource) },
+		"the source only":    func(tj *trainer.TrainJob) { delete(tj.Annotations, v1alpha1.AnnotationRuntimeHash) },
+		"empty annotations": func(tj *trainer.TrainJob) {
+			tj.Annotations[v1alpha1.AnnotationRuntimeHash], tj.Annotations[v1alpha1.AnnotationRuntimeSource] = "", ""
+		},
+		"a short hash": func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:0123" },
+		"a hash of another kind": func(tj *trainer.TrainJob) {
+			tj.Annotations[v1alpha1.AnnotationRuntimeHash] = "md5:" + strings.Repeat("0", 64)
+		},
+		"a source without a kind": func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationRuntimeSource] = "torch-distributed" },
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -213,7 +221,7 @@ func TestTakeRefusesUnpinned(t *testing.T) {
 			if !errors.Is(err, ErrNotPinned) {
 				t.Fatalf("Take error = %v, want %v", err, ErrNotPinned)
 			}
-			for _, want := range []string{QueueLabel, tj.Spec.RuntimeRef.Name, "create it again with the label"} {
+			for _, want := range []string{kueueconstants.QueueLabel, tj.Spec.RuntimeRef.Name, "create it again with the label"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("Take error %q does not say %q", err, want)
 				}
@@ -232,7 +240,7 @@ func TestPinWebhookStampsClock(t *testing.T) {
 		t.Fatalf("refused: %+v", resp.Result)
 	}
 	copies := pinnedCopies(t, c, ns)
-	if len(copies) != 1 || copies[0].Annotations[AnnotationPinnedAt] != now.Format(time.RFC3339) {
+	if len(copies) != 1 || copies[0].Annotations[v1alpha1.AnnotationPinnedAt] != now.Format(time.RFC3339) {
 		t.Errorf("copies %v, want one stamped %s", copies, now.Format(time.RFC3339))
 	}
 }
@@ -268,7 +276,7 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	stamped := func(ago time.Duration) func(*trainer.TrainingRuntime) {
 		return func(rt *trainer.TrainingRuntime) {
-			rt.Annotations[AnnotationPinnedAt] = now.Add(-ago).Format(time.RFC3339)
+			rt.Annotations[v1alpha1.AnnotationPinnedAt] = now.Add(-ago).Format(time.RFC3339)
 		}
 	}
 	otherContent := func(rt *trainer.TrainingRuntime) {
@@ -324,8 +332,8 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 			if err := c.Get(context.Background(), client.ObjectKeyFromObject(live), &got); err != nil {
 				t.Fatal(err)
 			}
-			if at := got.Annotations[AnnotationPinnedAt]; at != tc.wantStamp.Format(time.RFC3339) {
-				t.Errorf("%s = %q, want %s", AnnotationPinnedAt, at, tc.wantStamp.Format(time.RFC3339))
+			if at := got.Annotations[v1alpha1.AnnotationPinnedAt]; at != tc.wantStamp.Format(time.RFC3339) {
+				t.Errorf("%s = %q, want %s", v1alpha1.AnnotationPinnedAt, at, tc.wantStamp.Format(time.RFC3339))
 			}
 		})
 	}

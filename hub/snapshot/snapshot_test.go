@@ -262,7 +262,7 @@ func TestResolve(t *testing.T) {
 func pinnedCopies(t *testing.T, c client.Reader, namespace string) []trainer.TrainingRuntime {
 	t.Helper()
 	var list trainer.TrainingRuntimeList
-	if err := c.List(context.Background(), &list, client.InNamespace(namespace), client.HasLabels{LabelPinned}); err != nil {
+	if err := c.List(context.Background(), &list, client.InNamespace(namespace), client.HasLabels{v1alpha1.LabelPinnedRuntime}); err != nil {
 		t.Fatalf("list runtimes: %v", err)
 	}
 	return list.Items
@@ -309,7 +309,7 @@ func TestPinCreatesCopy(t *testing.T) {
 			if got := copyName(t, tj); got != wantName {
 				t.Errorf("pinned to %q, want %q", got, wantName)
 			}
-			wantAnn := map[string]string{AnnotationSource: tc.sourceName, AnnotationHash: hash}
+			wantAnn := map[string]string{v1alpha1.AnnotationRuntimeSource: tc.sourceName, v1alpha1.AnnotationRuntimeHash: hash}
 			if diff := cmp.Diff(wantAnn, tj.Annotations); diff != "" {
 				t.Errorf("TrainJob annotations (-want +got):\n%s", diff)
 			}
@@ -318,13 +318,13 @@ func TestPinCreatesCopy(t *testing.T) {
 				t.Fatalf("got %d pinned copies, want 1", len(copies))
 			}
 			got := copies[0]
-			if _, err := time.Parse(time.RFC3339, got.Annotations[AnnotationPinnedAt]); err != nil {
-				t.Errorf("pinned copy's %s: %v", AnnotationPinnedAt, err)
+			if _, err := time.Parse(time.RFC3339, got.Annotations[v1alpha1.AnnotationPinnedAt]); err != nil {
+				t.Errorf("pinned copy's %s: %v", v1alpha1.AnnotationPinnedAt, err)
 			}
-			delete(got.Annotations, AnnotationPinnedAt)
+			delete(got.Annotations, v1alpha1.AnnotationPinnedAt)
 			want := trainer.TrainingRuntime{
 				ObjectMeta: metav1.ObjectMeta{Name: wantName, Namespace: ns,
-					Labels: map[string]string{LabelPinned: "true"}, Annotations: wantAnn},
+					Labels: map[string]string{v1alpha1.LabelPinnedRuntime: "true"}, Annotations: wantAnn},
 				Spec: tyt.TorchRuntimeSpec(1),
 			}
 			if diff := cmp.Diff(want.ObjectMeta, got.ObjectMeta, cmpIgnoreServerMeta); diff != "" {
@@ -369,7 +369,7 @@ func TestPinReusesCopyOfSameContent(t *testing.T) {
 // TestPinRefusesPresetAnnotations: a job that arrives with either pin
 // annotation is refused, whatever runtime it names, and nothing is pinned.
 func TestPinRefusesPresetAnnotations(t *testing.T) {
-	for _, key := range []string{AnnotationSource, AnnotationHash} {
+	for _, key := range []string{v1alpha1.AnnotationRuntimeSource, v1alpha1.AnnotationRuntimeHash} {
 		t.Run(key, func(t *testing.T) {
 			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
 			tj := tyt.MakeTrainJob("train", ns).Obj()
@@ -405,8 +405,8 @@ func TestPinDifferentContentGetsNewCopy(t *testing.T) {
 	if copyName(t, before) == copyName(t, after) {
 		t.Errorf("both jobs pinned to %s although the runtime changed in between", copyName(t, after))
 	}
-	if before.Annotations[AnnotationHash] == after.Annotations[AnnotationHash] {
-		t.Errorf("both jobs record hash %s", after.Annotations[AnnotationHash])
+	if before.Annotations[v1alpha1.AnnotationRuntimeHash] == after.Annotations[v1alpha1.AnnotationRuntimeHash] {
+		t.Errorf("both jobs record hash %s", after.Annotations[v1alpha1.AnnotationRuntimeHash])
 	}
 	copies := pinnedCopies(t, c, ns)
 	if len(copies) != 2 {

@@ -77,10 +77,10 @@ func withKinds(c client.WithWatch) client.WithWatch {
 func pinnedToTrainingRuntime(spec trainer.TrainingRuntimeSpec) (*trainer.TrainJob, *trainer.TrainingRuntime) {
 	_, hash, _ := Encode(spec)
 	rt := trainingRuntime(pinnedName("torch", hash), ns, spec)
-	rt.Labels = map[string]string{LabelPinned: "true"}
+	rt.Labels = map[string]string{v1alpha1.LabelPinnedRuntime: "true"}
 	tj := tyt.MakeTrainJob("train", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name).Obj()
 	tj.UID = "uid-train"
-	tj.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch", AnnotationHash: hash}
+	tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch", v1alpha1.AnnotationRuntimeHash: hash}
 	return tj, rt
 }
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -58,7 +59,7 @@ func patched(t *testing.T, req admission.Request, resp admission.Response) *trai
 // suspended but not pinned.
 func TestPinWebhookPatchesCreate(t *testing.T) {
 	_, hash := mustEncode(t, tyt.TorchRuntimeSpec(1))
-	pin := map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: hash}
+	pin := map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch-distributed", v1alpha1.AnnotationRuntimeHash: hash}
 	cases := map[string]struct {
 		tj         *trainer.TrainJob
 		dryRun     bool
@@ -125,7 +126,7 @@ func TestPinWebhookAllowsWithoutPinning(t *testing.T) {
 
 func pinnedJob() *trainer.TrainJob {
 	tj := tyt.MakeTrainJob("train", ns).Queue("q").RuntimeRef(trainer.TrainingRuntimeKind, "torch-distributed-0123456789ab").Obj()
-	tj.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: "sha256:0123"}
+	tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch-distributed", v1alpha1.AnnotationRuntimeHash: "sha256:0123"}
 	return tj
 }
 
@@ -161,7 +162,7 @@ func TestPinWebhookRefuses(t *testing.T) {
 				return admissionRequest(t, admissionv1.Create, pinnedJob(), false)
 			},
 			wantCode: http.StatusForbidden,
-			wantMsg:  []string{"set by trainyard only", AnnotationSource, AnnotationHash},
+			wantMsg:  []string{"set by trainyard only", v1alpha1.AnnotationRuntimeSource, v1alpha1.AnnotationRuntimeHash},
 		},
 		"a dry-run create with the pin annotations": {
 			req: func(t *testing.T) admission.Request {
@@ -173,7 +174,7 @@ func TestPinWebhookRefuses(t *testing.T) {
 		"a job created with only the hash annotation": {
 			req: func(t *testing.T) admission.Request {
 				tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
-				tj.Annotations = map[string]string{AnnotationHash: ""}
+				tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeHash: ""}
 				return admissionRequest(t, admissionv1.Create, tj, false)
 			},
 			wantCode: http.StatusForbidden,

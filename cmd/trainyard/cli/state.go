@@ -16,9 +16,6 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
 
-// QueueLabel is the label Kueue reads a job's LocalQueue from.
-const QueueLabel = "kueue.x-k8s.io/queue-name"
-
 // Kueue states a TrainJob shows when no live Dispatch describes it.
 const (
 	StatePending  = "Pending"

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 	"sigs.k8s.io/yaml"
 
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
@@ -104,7 +105,7 @@ func multiStepExample(g *WithT, h client.Client) *trainer.TrainJob {
 	}
 	g.Expect(tj).NotTo(BeNil(), "05-multi-step.yaml holds no TrainJob")
 	g.Expect(tj.Spec.Trainer.ResourcesPerNode.Requests).To(HaveKey(corev1.ResourceMemory), "the example no longer requests memory")
-	tj.Labels = map[string]string{"kueue.x-k8s.io/queue-name": sandboxQueue}
+	tj.Labels = map[string]string{kueueconstants.QueueLabel: sandboxQueue}
 	return tj
 }
 
