@@ -81,6 +81,25 @@ const (
 	// policy): Kueue gets no pod sets for it, and it can never be pinned.
 	ReasonRuntimeNotPinned = "RuntimeNotPinned"
 
+	// ReasonAdmissionCheckActive is the reason of the Active condition the
+	// hub sets on trainyard's AdmissionChecks.
+	ReasonAdmissionCheckActive = "Active"
+
+	// Reasons the JobSet backend reports when the JobSet's own condition
+	// gives none.
+	ReasonJobSetCreated   = "JobSetCreated"
+	ReasonPodsRunning     = "PodsRunning"
+	ReasonJobSetCompleted = "Completed"
+	ReasonJobSetFailed    = "Failed"
+	ReasonJobSetDeleted   = "JobSetDeleted"
+
+	// Reasons the LeaderWorkerSet backend reports.
+	ReasonLeaderWorkerSetCreated = "LeaderWorkerSetCreated"
+	ReasonAllPodsReady           = "AllPodsReady"
+	ReasonLeaderSucceeded        = "LeaderSucceeded"
+	ReasonContainerFailed        = "ContainerFailed"
+	ReasonLeaderWorkerSetDeleted = "LeaderWorkerSetDeleted"
+
 	// Slurm job ends and events, beyond plain failure.
 	ReasonSlurmTimeLimit   = "TimeLimit"
 	ReasonSlurmNodeFail    = "NodeFail"

@@ -25,15 +25,6 @@ import (
 // is scaled to zero, which frees its GPUs and keeps the record.
 const AnnotationFinished = "trainyard.dev/finished"
 
-// Reasons of the backend's statuses.
-const (
-	ReasonCreated         = "LeaderWorkerSetCreated"
-	ReasonRunning         = "AllPodsReady"
-	ReasonLeaderSucceeded = "LeaderSucceeded"
-	ReasonContainerFailed = "ContainerFailed"
-	ReasonDeleted         = "LeaderWorkerSetDeleted"
-)
-
 type finished struct {
 	Phase    v1alpha1.DispatchPhase `json:"phase"`
 	Reason   string                 `json:"reason"`
@@ -128,20 +119,20 @@ func groupStatus(lws *lwsv1.LeaderWorkerSet, pods []corev1.Pod, now metav1.Time)
 	st.Replicas = []v1alpha1.ReplicaStatus{{Name: lws.Name, Active: running, Ready: ready}}
 	switch {
 	case st.ExitCode != nil:
-		st.Phase, st.Reason, st.CompletionTime = v1alpha1.DispatchFailed, ReasonContainerFailed, &now
+		st.Phase, st.Reason, st.CompletionTime = v1alpha1.DispatchFailed, v1alpha1.ReasonContainerFailed, &now
 	case leaderExit != nil:
-		st.Phase, st.Reason, st.CompletionTime = v1alpha1.DispatchSucceeded, ReasonLeaderSucceeded, &now
+		st.Phase, st.Reason, st.CompletionTime = v1alpha1.DispatchSucceeded, v1alpha1.ReasonLeaderSucceeded, &now
 		st.Message = "the leader's trainer container exited with code 0"
 	case lws.DeletionTimestamp != nil:
-		st.Phase, st.Reason, st.Message = v1alpha1.DispatchCancelled, ReasonDeleted, "the LeaderWorkerSet is being deleted"
+		st.Phase, st.Reason, st.Message = v1alpha1.DispatchCancelled, v1alpha1.ReasonLeaderWorkerSetDeleted, "the LeaderWorkerSet is being deleted"
 		st.CompletionTime = &now
 	case ready >= size:
-		st.Phase, st.Reason = v1alpha1.DispatchRunning, ReasonRunning
+		st.Phase, st.Reason = v1alpha1.DispatchRunning, v1alpha1.ReasonAllPodsReady
 		if st.StartTime == nil {
 			st.StartTime = &now
 		}
 	default:
-		st.Phase, st.Reason, st.StartTime = v1alpha1.DispatchSubmitted, ReasonCreated, nil
+		st.Phase, st.Reason, st.StartTime = v1alpha1.DispatchSubmitted, v1alpha1.ReasonLeaderWorkerSetCreated, nil
 	}
 	return st
 }

@@ -128,7 +128,7 @@ func TestTorchGroupRunsToCompletion(t *testing.T) {
 		st = observe(g, b, d)
 		g.Expect(st.Phase).To(Equal(v1alpha1.DispatchSucceeded))
 	}, util.Timeout, util.Interval).Should(Succeed())
-	g.Expect(st.Reason).To(Equal(lws.ReasonLeaderSucceeded))
+	g.Expect(st.Reason).To(Equal(v1alpha1.ReasonLeaderSucceeded))
 	g.Expect(st.CompletionTime).NotTo(BeNil())
 
 	var set lwsapi.LeaderWorkerSet
@@ -161,7 +161,7 @@ func TestFailingWorkerFailsTheJob(t *testing.T) {
 		st = observe(g, b, d)
 		g.Expect(st.Phase).To(Equal(v1alpha1.DispatchFailed))
 	}, util.Timeout, util.Interval).Should(Succeed())
-	g.Expect(st.Reason).To(Equal(lws.ReasonContainerFailed))
+	g.Expect(st.Reason).To(Equal(v1alpha1.ReasonContainerFailed))
 	g.Expect(ptr.Deref(st.ExitCode, 0)).To(Equal(int32(3)))
 	g.Expect(st.Message).To(ContainSubstring("exited with code 3"))
 }

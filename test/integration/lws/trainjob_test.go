@@ -68,7 +68,7 @@ func TestTrainJobRunsAsLeaderWorkerSet(t *testing.T) {
 	g.Expect(mine).To(HaveLen(1))
 	g.Expect(mine[0].Status.Remote).NotTo(BeNil())
 	g.Expect(mine[0].Status.Remote.Kind).To(Equal(lws.Kind))
-	g.Expect(mine[0].Status.Reason).To(Equal(lws.ReasonLeaderSucceeded))
+	g.Expect(mine[0].Status.Reason).To(Equal(v1alpha1.ReasonLeaderSucceeded))
 	sets := setsOf(g, tj.Name)
 	g.Expect(sets).To(HaveLen(1))
 	g.Expect(sets[0].Annotations).To(HaveKey(lws.AnnotationFinished))
