@@ -134,8 +134,12 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	if err != nil {
 		return nil, err
 	}
-	switch k.Backend {
-	case v1alpha1.KubernetesBackendLeaderWorkerSet:
+	kind, err := backends.For(&t.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	switch kind {
+	case backends.KindLeaderWorkerSet:
 		if err := requireKind(spoke, t.Name, lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), "LeaderWorkerSet v0.8"); err != nil {
 			return nil, err
 		}
@@ -147,7 +151,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 		opts.RemoteEvents = append(opts.RemoteEvents,
 			source.Kind(spoke.GetCache(), &lwsv1.LeaderWorkerSet{}, handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*lwsv1.LeaderWorkerSet])),
 			source.Kind(spoke.GetCache(), &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*corev1.Pod])))
-	case v1alpha1.KubernetesBackendJobSet, "":
+	case backends.KindJobSet:
 		if err := requireKind(spoke, t.Name, jobsetv1alpha2.SchemeGroupVersion.WithKind("JobSet"), "JobSet v0.11"); err != nil {
 			return nil, err
 		}
@@ -164,7 +168,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 		opts.RemoteEvents = append(opts.RemoteEvents, source.Kind(spoke.GetCache(), &jobsetv1alpha2.JobSet{},
 			handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*jobsetv1alpha2.JobSet])))
 	default:
-		return nil, fmt.Errorf("target %s: spec.kubernetes.backend %q is not JobSet or LeaderWorkerSet", t.Name, k.Backend)
+		return nil, fmt.Errorf("target %s: a Kubernetes agent cannot run the %s backend", t.Name, kind)
 	}
 	if err := setupTargetSettings(mgr, t.Name, opts.Backend.(SettingsUpdater), settings); err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package jobset
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -10,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/trainyard-dev/trainyard/backends"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -58,17 +56,17 @@ func TestEligible(t *testing.T) {
 			if tc.spec != nil {
 				before = tc.spec.DeepCopy()
 			}
-			err := Eligible(tc.spec, tc.tj)
+			err := CheckRuntime(tc.spec, tc.tj)
 			switch {
 			case tc.want == "" && err != nil:
-				t.Fatalf("Eligible = %v, want eligible", err)
-			case tc.want != "" && !errors.Is(err, backends.ErrRejected):
-				t.Fatalf("Eligible = %v, want a rejection saying %q", err, tc.want)
-			case tc.want != "" && !strings.Contains(backends.RejectionReason(err), tc.want):
-				t.Errorf("reason %q does not say %q", backends.RejectionReason(err), tc.want)
+				t.Fatalf("CheckRuntime = %v, want eligible", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("CheckRuntime = nil, want a refusal saying %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Errorf("reason %q does not say %q", err, tc.want)
 			}
 			if diff := cmp.Diff(before, tc.spec); diff != "" {
-				t.Errorf("Eligible changed the runtime spec (-before +after):\n%s", diff)
+				t.Errorf("CheckRuntime changed the runtime spec (-before +after):\n%s", diff)
 			}
 		})
 	}

@@ -26,8 +26,8 @@ type RenderOptions struct {
 	Namespace string
 	// Check refuses the runtime and TrainJob the backend cannot run, before
 	// anything is rendered (default CheckRuntime); a backend that renders
-	// through this one passes its own Eligible check, so the hub and the
-	// render share one source of truth.
+	// through this one passes its own, and the hub's eligibility check
+	// calls Render, so the hub and the agent share one source of truth.
 	Check func(*trainer.TrainingRuntimeSpec, *trainer.TrainJobSpec) error
 	// Policy is what the Target lets tenants put in pod specs (zero: a
 	// default Target's); every rendered pod template is checked against it.
@@ -183,7 +183,7 @@ func checkRuntimeRef(ref *trainer.RuntimeRef, kind v1alpha1.RuntimeKind) error {
 }
 
 // runtimeSpec decodes the runtime snapshot, refuses what the backend cannot
-// run (check: the same one its Eligible runs on the hub) and gives unset
+// run (check: the hub's eligibility check renders too) and gives unset
 // fields the defaults the Trainer CRD gives them, which a snapshot taken
 // from an older CRD may lack and Trainer's plugins dereference.
 func runtimeSpec(d *v1alpha1.Dispatch, tj *trainer.TrainJob, check func(*trainer.TrainingRuntimeSpec, *trainer.TrainJobSpec) error) (*trainer.TrainingRuntimeSpec, error) {

@@ -12,7 +12,6 @@ import (
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
-	"github.com/trainyard-dev/trainyard/backends"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -66,21 +65,21 @@ func TestEligible(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			before := tc.spec.DeepCopy()
-			err := Eligible(tc.spec, tj)
+			err := CheckRuntime(tc.spec, tj)
 			if tc.want == nil && tc.wantMsg == "" {
 				if err != nil {
-					t.Fatalf("Eligible = %v, want eligible", err)
+					t.Fatalf("CheckRuntime = %v, want eligible", err)
 				}
 				return
 			}
-			if !errors.Is(err, backends.ErrRejected) || (tc.want != nil && !errors.Is(err, tc.want)) {
-				t.Fatalf("Eligible = %v, want a rejection wrapping %v", err, tc.want)
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("CheckRuntime = %v, want a refusal wrapping %v", err, tc.want)
 			}
-			if reason := backends.RejectionReason(err); !strings.Contains(reason, tc.wantMsg) {
-				t.Errorf("reason %q does not say %q", reason, tc.wantMsg)
+			if !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Errorf("reason %q does not say %q", err, tc.wantMsg)
 			}
 			if diff := cmp.Diff(before, tc.spec); diff != "" {
-				t.Errorf("Eligible changed the runtime spec (-before +after):\n%s", diff)
+				t.Errorf("CheckRuntime changed the runtime spec (-before +after):\n%s", diff)
 			}
 		})
 	}

@@ -137,6 +137,9 @@ func TestCheckNamesWhatTheTargetRefuses(t *testing.T) {
 		return withRuntime(w.Obj(), torch)
 	}
 	slurm := fleet()["hpc"]
+	unknownBackend := tyt.MakeKubernetesTarget("deployments", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{Backend: "Deployment"}).Obj()
+	unknownType := tyt.MakeKubernetesTarget("nomad", "gpu").Obj()
+	unknownType.Spec.Type = "Nomad"
 	cases := map[string]struct {
 		target *v1alpha1.Target
 		d      *v1alpha1.Dispatch
@@ -145,6 +148,12 @@ func TestCheckNamesWhatTheTargetRefuses(t *testing.T) {
 		"a job with a command, from a mapped namespace": {target: slurm, d: withCommand("team-a"), want: ""},
 		"a namespace the cluster does not map": {target: slurm, d: withCommand("team-b"),
 			want: "namespace team-b may not use this cluster"},
+		// The agent refuses to start for these (backends.For), so no job
+		// may be placed there.
+		"a Kubernetes backend no agent runs": {target: unknownBackend, d: withCommand("team-a"),
+			want: `spec.kubernetes.backend "Deployment" is not JobSet or LeaderWorkerSet`},
+		"a target type no agent runs": {target: unknownType, d: withCommand("team-a"),
+			want: `unknown target type "Nomad"`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

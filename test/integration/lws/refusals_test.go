@@ -44,7 +44,7 @@ func TestSubmitRefusesWhatAGroupCannotHold(t *testing.T) {
 			g.Expect(errors.Is(err, backends.ErrRejected)).To(BeTrue(), "Submit = %v, want a rejection", err)
 			g.Expect(errors.Is(err, tc.want)).To(BeTrue(), "Submit = %v, want %v", err, tc.want)
 			tj := tyt.MakeTrainJob("train", "team-a").Obj()
-			g.Expect(errors.Is(lws.Eligible(tyt.MustShippedRuntimeSpec(tc.runtime), &tj.Spec), tc.want)).To(BeTrue(), "Eligible disagrees with Submit")
+			g.Expect(errors.Is(lws.CheckRuntime(tyt.MustShippedRuntimeSpec(tc.runtime), &tj.Spec), tc.want)).To(BeTrue(), "CheckRuntime disagrees with Submit")
 
 			mine := client.MatchingLabels{backends.LabelDispatchName: d.Name}
 			var sets lwsapi.LeaderWorkerSetList
