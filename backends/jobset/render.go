@@ -1,8 +1,6 @@
 package jobset
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -69,7 +67,7 @@ func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 	}
 	tj, err := remoteTrainJob(d, opts.Namespace)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	check := opts.Check
 	if check == nil {
@@ -77,7 +75,7 @@ func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 	}
 	spec, err := runtimeSpec(d, tj, check)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	fw, err := sharedFramework()
 	if err != nil {
@@ -85,16 +83,16 @@ func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 	}
 	js, companions, err := fw.buildJobSet(tj, spec)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	// The policy judges the pods as the runtime and the TrainJob make them,
 	// before placement pins them to their topology domains: that node
 	// affinity is trainyard's, not the tenant's.
 	if err := applyPolicy(js, companions, opts.Policy); err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	if err := placePodSets(js, d.Spec.PodSets); err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	finish(js, d)
 	peer := opts.PeerLabel
@@ -136,10 +134,6 @@ func applyPolicy(js *jobsetv1alpha2.JobSet, companions []client.Object, policy k
 	return nil
 }
 
-func rejected(d *v1alpha1.Dispatch, err error) error {
-	return fmt.Errorf("%w: dispatch %s/%s: %w", backends.ErrRejected, d.Namespace, d.Name, err)
-}
-
 // remoteTrainJob is the TrainJob Trainer's framework renders from. It carries
 // the remote name and namespace, because Trainer derives the JobSet's name
 // and the torch rendezvous address (PET_MASTER_ADDR) from them. Its metadata
@@ -148,7 +142,7 @@ func remoteTrainJob(d *v1alpha1.Dispatch, namespace string) (*trainer.TrainJob, 
 	tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{
 		Name: backends.RemoteName(d), Namespace: namespace, UID: d.Spec.TrainJob.UID,
 	}}
-	if err := decodeObject(d.Spec.TrainJob.Spec.Raw, &tj.Spec); err != nil {
+	if err := backends.DecodeObject(d.Spec.TrainJob.Spec.Raw, &tj.Spec); err != nil {
 		return nil, fmt.Errorf("decode trainJob spec: %w", err)
 	}
 	if err := checkRuntimeRef(&tj.Spec.RuntimeRef, d.Spec.Runtime.Kind); err != nil {
@@ -188,7 +182,7 @@ func checkRuntimeRef(ref *trainer.RuntimeRef, kind v1alpha1.RuntimeKind) error {
 // from an older CRD may lack and Trainer's plugins dereference.
 func runtimeSpec(d *v1alpha1.Dispatch, tj *trainer.TrainJob, check func(*trainer.TrainingRuntimeSpec, *trainer.TrainJobSpec) error) (*trainer.TrainingRuntimeSpec, error) {
 	spec := &trainer.TrainingRuntimeSpec{}
-	if err := decodeObject(d.Spec.Runtime.Spec.Raw, spec); err != nil {
+	if err := backends.DecodeObject(d.Spec.Runtime.Spec.Raw, spec); err != nil {
 		return nil, fmt.Errorf("decode runtime %s %q: %w", d.Spec.Runtime.Kind, d.Spec.Runtime.Name, err)
 	}
 	if err := check(spec, &tj.Spec); err != nil {
@@ -228,18 +222,8 @@ func fluxDefaults(spec *trainer.TrainingRuntimeSpec, tj *trainer.TrainJob) {
 		tj.Spec.Trainer = &trainer.Trainer{}
 	}
 	if tj.Spec.Trainer.NumNodes == nil {
-		tj.Spec.Trainer.NumNodes = ptr.To(ptr.Deref(spec.MLPolicy.NumNodes, 1))
+		tj.Spec.Trainer.NumNodes = ptr.To(backends.NumNodes(&tj.Spec, spec))
 	}
-}
-
-// decodeObject decodes a JSON object; empty or non-object input is an error
-// rather than a silently empty spec.
-func decodeObject(raw []byte, into any) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '{' {
-		return fmt.Errorf("not a JSON object")
-	}
-	return json.Unmarshal(raw, into)
 }
 
 // finish applies what trainyard owns on every JobSet: its labels (so the

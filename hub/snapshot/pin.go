@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
 )
 
 // Pinning. Kueue v0.19's TrainJob integration computes a job's pod sets
@@ -254,6 +255,6 @@ func DefaultFluxNodes(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) {
 		tj.Spec.Trainer = &trainer.Trainer{}
 	}
 	if tj.Spec.Trainer.NumNodes == nil {
-		tj.Spec.Trainer.NumNodes = ptr.To(ptr.Deref(spec.MLPolicy.NumNodes, 1))
+		tj.Spec.Trainer.NumNodes = ptr.To(backends.NumNodes(&tj.Spec, spec))
 	}
 }
