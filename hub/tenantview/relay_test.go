@@ -24,8 +24,8 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	testingutil "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 )
 
 var t0 = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)

@@ -21,7 +21,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 )
 
 // Side by side with MultiKueue, on one harness of MultiKueue's own

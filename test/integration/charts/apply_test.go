@@ -21,10 +21,10 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/tenantview"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/spoke"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

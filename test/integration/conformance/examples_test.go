@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

@@ -28,10 +28,10 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
+	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	hslurm "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/slurm"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
-	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
-	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

@@ -17,11 +17,11 @@ import (
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

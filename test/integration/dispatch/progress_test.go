@@ -25,8 +25,8 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
 	"github.com/trainyard-dev/trainyard/spoke"
 	"github.com/trainyard-dev/trainyard/test/util"
 )

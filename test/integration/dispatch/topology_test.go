@@ -9,9 +9,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/placement"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

@@ -18,12 +18,12 @@ import (
 	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 	"sigs.k8s.io/yaml"
 
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
-// The sandbox's general queue and flavor (internal/sandbox).
+// The sandbox's general queue and flavor (cmd/trainyard/sandbox).
 const (
 	sandboxNamespace = "team-a"
 	sandboxQueue     = "lq"

@@ -12,7 +12,7 @@ import (
 	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/internal/sandbox"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 

@@ -19,9 +19,9 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/slurm"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/slurm"
 )
 
 const (
