@@ -1,8 +1,10 @@
 package v1alpha1
 
 // Condition types and reasons set by trainyard's controllers and agents. Every
-// reason a controller writes is an exported constant here, so the
-// troubleshooting guide can list them all.
+// reason a controller, an agent or a backend writes is an exported constant
+// here, so the troubleshooting guide can list them all. (The types of the
+// conditions the hub adds to a TrainJob beside Trainer's, Created and
+// Running, are hub/dispatch's ConditionCreated and ConditionRunning.)
 const (
 	// TargetAvailable is True while the agent's lease is fresh (renewed
 	// within the lease duration, judged on the hub's clock) and it reaches

@@ -21,7 +21,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	jobsetbackend "github.com/trainyard-dev/trainyard/backends/jobset"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 const ns = "team-a"
@@ -44,11 +44,11 @@ func newClient(t *testing.T, objs ...client.Object) client.Client {
 func pinnedJob(t *testing.T, c client.Client, nodes int32) *trainer.TrainJob {
 	t.Helper()
 	ctx := context.Background()
-	src := tyt.MakeClusterTrainingRuntime("torch").Spec(tyt.TorchRuntimeSpec(nodes)).Obj()
+	src := tytesting.MakeClusterTrainingRuntime("torch").Spec(tytesting.TorchRuntimeSpec(nodes)).Obj()
 	if err := c.Create(ctx, src); err != nil {
 		t.Fatal(err)
 	}
-	tj := tyt.MakeTrainJob("train", ns).Queue("q").Suspend(true).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj()
+	tj := tytesting.MakeTrainJob("train", ns).Queue("q").Suspend(true).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj()
 	if err := snapshot.Pin(ctx, c, c, tj); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func editSource(t *testing.T, c client.Client, nodes int32) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "torch"}, &src); err != nil {
 		t.Fatal(err)
 	}
-	src.Spec = tyt.TorchRuntimeSpec(nodes)
+	src.Spec = tytesting.TorchRuntimeSpec(nodes)
 	if err := c.Update(context.Background(), &src); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestUnpinnedReporter: a queued job without a pin fails with the reason
@@ -24,15 +24,15 @@ func TestUnpinnedReporter(t *testing.T) {
 		tj       *trainer.TrainJob
 		wantFail bool
 	}{
-		"queued, unpinned": {tj: tyt.MakeTrainJob("a", ns).Queue("q").Obj(), wantFail: true},
+		"queued, unpinned": {tj: tytesting.MakeTrainJob("a", ns).Queue("q").Obj(), wantFail: true},
 		"queued, pinned": {tj: func() *trainer.TrainJob {
-			tj := tyt.MakeTrainJob("a", ns).Queue("q").Obj()
+			tj := tytesting.MakeTrainJob("a", ns).Queue("q").Obj()
 			tj.Annotations = pinned
 			return tj
 		}()},
-		"not queued": {tj: tyt.MakeTrainJob("a", ns).Obj()},
+		"not queued": {tj: tytesting.MakeTrainJob("a", ns).Obj()},
 		"finished": {tj: func() *trainer.TrainJob {
-			tj := tyt.MakeTrainJob("a", ns).Queue("q").Obj()
+			tj := tytesting.MakeTrainJob("a", ns).Queue("q").Obj()
 			tj.Status.Conditions = []metav1.Condition{{Type: trainer.TrainJobComplete, Status: metav1.ConditionTrue, Reason: "Done"}}
 			return tj
 		}()},

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func ineligible(w interface{ Obj() *v1alpha1.Target }, why string) Candidate {
@@ -48,7 +48,7 @@ func TestChooseEligibility(t *testing.T) {
 			req: withQueueFlavors(job(1, 4), "h100", "a100"),
 			candidates: []Candidate{
 				ineligible(target("a").FreeGPUs(8), "no command"),
-				cand(tyt.MakeKubernetesTarget("c", "a100").Available().FreeGPUs(8)),
+				cand(tytesting.MakeKubernetesTarget("c", "a100").Available().FreeGPUs(8)),
 			},
 			wantErr: ErrNoCapacity,
 			wantMsg: []string{"a: no command", "targets c could, under other flavors"},
@@ -57,7 +57,7 @@ func TestChooseEligibility(t *testing.T) {
 			req: withQueueFlavors(job(1, 4), "h100"),
 			candidates: []Candidate{
 				ineligible(target("a").FreeGPUs(8), "no command"),
-				cand(tyt.MakeKubernetesTarget("c", "a100").Available().FreeGPUs(8)),
+				cand(tytesting.MakeKubernetesTarget("c", "a100").Available().FreeGPUs(8)),
 			},
 			wantErr: ErrIneligible,
 			wantMsg: []string{"a: no command"},
@@ -107,10 +107,10 @@ func TestChooseFlavorless(t *testing.T) {
 func TestChooseFlavorlessStaysInItsQueue(t *testing.T) {
 	big, small := cpuMem("64", "256Gi"), cpuMem("16", "64Gi")
 	spoke := func() Candidate {
-		return cand(tyt.MakeKubernetesTarget("spoke", "gpu").Available().CPUAndMemory(small, small))
+		return cand(tytesting.MakeKubernetesTarget("spoke", "gpu").Available().CPUAndMemory(small, small))
 	}
-	hpc := func() *tyt.TargetWrapper {
-		return tyt.MakeSlurmTarget("hpc", "hpc", "gpu").Flavors("hpc", "gpu").Available()
+	hpc := func() *tytesting.TargetWrapper {
+		return tytesting.MakeSlurmTarget("hpc", "hpc", "gpu").Flavors("hpc", "gpu").Available()
 	}
 	runChoose(t, map[string]chooseCase{
 		"a Slurm-only queue's job goes to the Slurm target, not the tighter spoke": {
@@ -154,7 +154,7 @@ func TestChooseFlavorlessStaysInItsQueue(t *testing.T) {
 func TestOnlyOtherFlavorsIsTold(t *testing.T) {
 	_, elsewhere := Choose(withQueueFlavors(job(1, 4), "h100", "a100"), []Candidate{
 		ineligible(target("a").FreeGPUs(8), "no command"),
-		cand(tyt.MakeKubernetesTarget("c", "a100").Available().FreeGPUs(8)),
+		cand(tytesting.MakeKubernetesTarget("c", "a100").Available().FreeGPUs(8)),
 	})
 	if !errors.Is(elsewhere, ErrNoCapacity) || !errors.Is(elsewhere, ErrOtherFlavors) {
 		t.Errorf("eligible only under another flavor: %v, want ErrNoCapacity and ErrOtherFlavors", elsewhere)

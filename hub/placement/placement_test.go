@@ -14,17 +14,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // target is an available Kubernetes target serving flavor "h100".
-func target(name string) *tyt.TargetWrapper {
-	return tyt.MakeKubernetesTarget(name, "h100").Available()
+func target(name string) *tytesting.TargetWrapper {
+	return tytesting.MakeKubernetesTarget(name, "h100").Available()
 }
 
-func cand(w *tyt.TargetWrapper) Candidate { return Candidate{Target: w.Obj()} }
+func cand(w *tytesting.TargetWrapper) Candidate { return Candidate{Target: w.Obj()} }
 
-func inFlight(w *tyt.TargetWrapper, gpus int64) Candidate {
+func inFlight(w *tytesting.TargetWrapper, gpus int64) Candidate {
 	return Candidate{Target: w.Obj(), InFlightGPUs: gpus}
 }
 
@@ -105,7 +105,7 @@ func TestChooseBestFit(t *testing.T) {
 		"targets of another flavor are not considered": {
 			req: job(1, 1),
 			candidates: []Candidate{
-				cand(tyt.MakeKubernetesTarget("a100", "a100").Available().FreeGPUs(1)),
+				cand(tytesting.MakeKubernetesTarget("a100", "a100").Available().FreeGPUs(1)),
 				cand(target("h").FreeGPUs(5)),
 			},
 			want: Decision{Target: "h", FreeAfter: 4},
@@ -133,7 +133,7 @@ func TestChooseSkipsUnavailable(t *testing.T) {
 			candidates: []Candidate{
 				cand(target("paused").Paused().FreeGPUs(2)),
 				cand(target("stale").AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonHeartbeatStale).FreeGPUs(2)),
-				cand(tyt.MakeKubernetesTarget("new", "h100").FreeGPUs(2)),
+				cand(tytesting.MakeKubernetesTarget("new", "h100").FreeGPUs(2)),
 				cand(target("ok").FreeGPUs(10)),
 			},
 			want: Decision{Target: "ok", FreeAfter: 8},
@@ -164,7 +164,7 @@ func TestChooseSkipsUnavailable(t *testing.T) {
 		},
 		"a target that never sent a heartbeat": {
 			req:        job(1, 2),
-			candidates: []Candidate{cand(tyt.MakeKubernetesTarget("a", "h100").FreeGPUs(8))},
+			candidates: []Candidate{cand(tytesting.MakeKubernetesTarget("a", "h100").FreeGPUs(8))},
 			wantErr:    ErrNoCapacity,
 			wantMsg:    []string{"a: no heartbeat yet"},
 		},
@@ -262,7 +262,7 @@ func TestChooseErrors(t *testing.T) {
 		},
 		"no target serves the flavor": {
 			req:        job(1, 1),
-			candidates: []Candidate{cand(tyt.MakeKubernetesTarget("a", "a100").Available().FreeGPUs(8))},
+			candidates: []Candidate{cand(tytesting.MakeKubernetesTarget("a", "a100").Available().FreeGPUs(8))},
 			wantErr:    ErrNoTarget,
 			wantMsg:    []string{"no target serves flavor h100"},
 		},
@@ -283,7 +283,7 @@ func TestChooseErrors(t *testing.T) {
 			candidates: []Candidate{
 				cand(target("b").Paused().MaxGPUsPerNode(6).FreeGPUsPerNode(6, 6)),
 				cand(target("a").MaxGPUsPerNode(4).FreeGPUsPerNode(4, 4, 4, 4)),
-				cand(tyt.MakeKubernetesTarget("other", "a100").Available().MaxGPUsPerNode(8).FreeGPUs(8)),
+				cand(tytesting.MakeKubernetesTarget("other", "a100").Available().MaxGPUsPerNode(8).FreeGPUs(8)),
 			},
 			wantErr: ErrNeverFits,
 			wantMsg: []string{"a pod asks for 8 GPUs", "targets a, b has 6"},
@@ -306,7 +306,7 @@ func TestChooseErrors(t *testing.T) {
 			candidates: []Candidate{
 				cand(target("c").FreeGPUs(2)),
 				cand(target("a").Paused().FreeGPUs(8)),
-				cand(tyt.MakeKubernetesTarget("b", "h100").FreeGPUs(8)),
+				cand(tytesting.MakeKubernetesTarget("b", "h100").FreeGPUs(8)),
 			},
 			wantErr: ErrNoCapacity,
 			wantMsg: []string{"no target has room for flavor h100: a: paused; b: no heartbeat yet; c: 2 GPUs free, job needs 4"},
@@ -323,7 +323,7 @@ func TestChooseNeverFitsWithUnknownNodeSize(t *testing.T) {
 			req: job(1, 8),
 			candidates: []Candidate{
 				cand(target("small").MaxGPUsPerNode(4).FreeGPUs(4)),
-				cand(tyt.MakeKubernetesTarget("new", "h100")),
+				cand(tytesting.MakeKubernetesTarget("new", "h100")),
 			},
 			wantErr: ErrNoCapacity,
 		},
@@ -431,7 +431,7 @@ func modelEligible(req Request, c Candidate) bool {
 
 func randomCandidate(rng *rand.Rand, i int) Candidate {
 	flavors := []string{"h100", "a100", "cpu"}
-	w := tyt.MakeKubernetesTarget(fmt.Sprintf("t%d", i), flavors[rng.Intn(2)])
+	w := tytesting.MakeKubernetesTarget(fmt.Sprintf("t%d", i), flavors[rng.Intn(2)])
 	if rng.Intn(3) == 0 {
 		w.Flavors(append(w.Spec.Flavors, "cpu")...)
 	}

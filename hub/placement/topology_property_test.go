@@ -12,7 +12,7 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // Property test of topology placement: random three-level fleets, random
@@ -147,7 +147,7 @@ func mBest(c Candidate, ps PodSet) (level int, domain []mNode, ok bool) {
 }
 
 func randomTopologyCandidate(rng *rand.Rand, i int) Candidate {
-	w := tyt.MakeKubernetesTarget(fmt.Sprintf("t%d", i), "h100")
+	w := tytesting.MakeKubernetesTarget(fmt.Sprintf("t%d", i), "h100")
 	switch rng.Intn(8) {
 	case 0:
 		w.Paused().Available()

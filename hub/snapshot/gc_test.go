@@ -18,14 +18,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func TestGC(t *testing.T) {
 	created := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
 	grace := 10 * time.Minute
 	copyOf := func(mutate func(*trainer.TrainingRuntime)) *trainer.TrainingRuntime {
-		rt := trainingRuntime("torch-0123456789ab", ns, tyt.TorchRuntimeSpec(1))
+		rt := trainingRuntime("torch-0123456789ab", ns, tytesting.TorchRuntimeSpec(1))
 		rt.CreationTimestamp = metav1.NewTime(created)
 		rt.Labels = map[string]string{v1alpha1.LabelPinnedRuntime: "true"}
 		rt.Annotations = map[string]string{v1alpha1.AnnotationRuntimeHash: "sha256:0123", v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch"}
@@ -141,7 +141,7 @@ func TestOnlyEventsThatMayFreeACopyWakeTheCollector(t *testing.T) {
 // pinnedTo is a TrainJob whose pin annotations name the copy "torch-<12 hex
 // digits>" of ClusterTrainingRuntime torch, as copy names it.
 func pinnedTo(name, copy string) *trainer.TrainJob {
-	tj := tyt.MakeTrainJob(name, ns).Obj()
+	tj := tytesting.MakeTrainJob(name, ns).Obj()
 	hash := "sha256:" + strings.TrimPrefix(copy, "torch-") + strings.Repeat("0", 52)
 	tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch", v1alpha1.AnnotationRuntimeHash: hash}
 	return tj

@@ -23,15 +23,15 @@ import (
 	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // squatter is a TrainingRuntime a tenant made under the name the webhook
 // will compute for torch-distributed as it is now.
 func squatter(t *testing.T, mutate func(*trainer.TrainingRuntime)) *trainer.TrainingRuntime {
 	t.Helper()
-	_, hash := mustEncode(t, tyt.TorchRuntimeSpec(1))
-	rt := trainingRuntime(pinnedName("torch-distributed", hash), ns, tyt.TorchRuntimeSpec(1))
+	_, hash := mustEncode(t, tytesting.TorchRuntimeSpec(1))
+	rt := trainingRuntime(pinnedName("torch-distributed", hash), ns, tytesting.TorchRuntimeSpec(1))
 	rt.Labels = map[string]string{v1alpha1.LabelPinnedRuntime: "true"}
 	rt.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch-distributed", v1alpha1.AnnotationRuntimeHash: hash}
 	mutate(rt)
@@ -42,9 +42,9 @@ func squatter(t *testing.T, mutate func(*trainer.TrainingRuntime)) *trainer.Trai
 // computed name is used only if it is a pinned copy of the same content.
 func TestPinRefusesCopyOfOtherContent(t *testing.T) {
 	cases := map[string]func(*trainer.TrainingRuntime){
-		"a bigger spec under the pinned name": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8) },
+		"a bigger spec under the pinned name": func(rt *trainer.TrainingRuntime) { rt.Spec = tytesting.TorchRuntimeSpec(8) },
 		"a bigger spec annotated with its own hash": func(rt *trainer.TrainingRuntime) {
-			rt.Spec = tyt.TorchRuntimeSpec(8)
+			rt.Spec = tytesting.TorchRuntimeSpec(8)
 			_, rt.Annotations[v1alpha1.AnnotationRuntimeHash], _ = Encode(rt.Spec)
 		},
 		"the right spec without the pinned label":    func(rt *trainer.TrainingRuntime) { rt.Labels = nil },
@@ -53,8 +53,8 @@ func TestPinRefusesCopyOfOtherContent(t *testing.T) {
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt := squatter(t, mutate)
-			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
-			tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
+			c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
+			tj := tytesting.MakeTrainJob("train", ns).Queue("q").Obj()
 			before := tj.DeepCopy()
 			err := Pin(context.Background(), c, c, tj)
 			if !errors.Is(err, ErrPinnedCopyMismatch) {
@@ -80,13 +80,13 @@ func TestPinTouchesReusedCopy(t *testing.T) {
 	rt := squatter(t, func(rt *trainer.TrainingRuntime) {
 		rt.Annotations[v1alpha1.AnnotationPinnedAt] = "2020-01-01T00:00:00Z"
 	})
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
+	c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
 	var old trainer.TrainingRuntime
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(rt), &old); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	tj := tyt.MakeTrainJob("train", ns).Obj()
+	tj := tytesting.MakeTrainJob("train", ns).Obj()
 	if _, err := pinAt(context.Background(), c, c, tj, reuse{now: now}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestPinRecreatesCopyCollectedMidway(t *testing.T) {
 				}
 			}
 			c := fake.NewClientBuilder().WithScheme(testScheme()).
-				WithObjects(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt).
+				WithObjects(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt).
 				WithInterceptorFuncs(interceptor.Funcs{
 					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, o ...client.GetOption) error {
 						if _, ok := obj.(*trainer.TrainingRuntime); ok && at == "get" && key.Name == rt.Name {
@@ -135,7 +135,7 @@ func TestPinRecreatesCopyCollectedMidway(t *testing.T) {
 						return c.Update(ctx, obj, o...)
 					},
 				}).Build()
-			tj := tyt.MakeTrainJob("train", ns).Obj()
+			tj := tytesting.MakeTrainJob("train", ns).Obj()
 			mustPin(t, c, tj)
 			if !collected {
 				t.Fatal("the copy was never collected: the test did not exercise the race")
@@ -152,24 +152,24 @@ func TestPinRecreatesCopyCollectedMidway(t *testing.T) {
 // under the hub (a privileged client past the policy, or a delete and a
 // re-create) is not dispatched.
 func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-	tj := tyt.MakeTrainJob("train", ns).Obj()
+	c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	tj := tytesting.MakeTrainJob("train", ns).Obj()
 	mustPin(t, c, tj)
 	if _, err := Take(context.Background(), c, tj); err != nil {
 		t.Fatalf("Take of the untouched copy: %v", err)
 	}
 	cases := map[string]func(*trainer.TrainingRuntime){
-		"a bigger spec": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8) },
+		"a bigger spec": func(rt *trainer.TrainingRuntime) { rt.Spec = tytesting.TorchRuntimeSpec(8) },
 		"a bigger spec, annotated to match it": func(rt *trainer.TrainingRuntime) {
-			rt.Spec = tyt.TorchRuntimeSpec(8)
+			rt.Spec = tytesting.TorchRuntimeSpec(8)
 			rt.Annotations[v1alpha1.AnnotationRuntimeHash] = "x"
 		},
-		"a bigger spec, unlabelled": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8); rt.Labels = nil },
+		"a bigger spec, unlabelled": func(rt *trainer.TrainingRuntime) { rt.Spec = tytesting.TorchRuntimeSpec(8); rt.Labels = nil },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
-			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-			tj := tyt.MakeTrainJob("train", ns).Obj()
+			c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			tj := tytesting.MakeTrainJob("train", ns).Obj()
 			mustPin(t, c, tj)
 			var rt trainer.TrainingRuntime
 			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: copyName(t, tj)}, &rt); err != nil {
@@ -207,8 +207,8 @@ func TestTakeRefusesUnpinned(t *testing.T) {
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
-			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-			tj := tyt.MakeTrainJob("train", ns).Obj()
+			c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			tj := tytesting.MakeTrainJob("train", ns).Obj()
 			mustPin(t, c, tj)
 			if edit == nil {
 				if _, err := Take(context.Background(), c, tj); err != nil {
@@ -233,9 +233,9 @@ func TestTakeRefusesUnpinned(t *testing.T) {
 // TestPinWebhookStampsClock: the webhook stamps the copy with its clock.
 func TestPinWebhookStampsClock(t *testing.T) {
 	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
 	w := &PinWebhook{Reader: c, Client: c, Clock: clocktesting.NewFakePassiveClock(now)}
-	resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).Obj(), false))
+	resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tytesting.MakeTrainJob("train", ns).Obj(), false))
 	if !resp.Allowed {
 		t.Fatalf("refused: %+v", resp.Result)
 	}
@@ -281,7 +281,7 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 	}
 	otherContent := func(rt *trainer.TrainingRuntime) {
 		stamped(0)(rt)
-		rt.Spec = tyt.TorchRuntimeSpec(8)
+		rt.Spec = tytesting.TorchRuntimeSpec(8)
 	}
 	cases := map[string]struct {
 		live, cached func(*trainer.TrainingRuntime) // cached nil: not in the cache
@@ -309,12 +309,12 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			live := squatter(t, tc.live)
-			c, writes, reads := countingClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), live)
+			c, writes, reads := countingClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj(), live)
 			u := reuse{now: now, within: tc.within}
 			if tc.cached != nil {
 				u.cache = newClient(squatter(t, tc.cached))
 			}
-			tj := tyt.MakeTrainJob("train", ns).Obj()
+			tj := tytesting.MakeTrainJob("train", ns).Obj()
 			_, err := pinAt(context.Background(), c, c, tj, u)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("pin error = %v, want %v", err, tc.wantErr)
@@ -344,7 +344,7 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 // reuse it; every job points at it.
 func TestPinBurstWritesTheCopyOnce(t *testing.T) {
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	c, writes, _ := countingClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	c, writes, _ := countingClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
 	const jobs = 32
 	names := make([]string, jobs)
 	var wg sync.WaitGroup
@@ -353,7 +353,7 @@ func TestPinBurstWritesTheCopyOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tj := tyt.MakeTrainJob(fmt.Sprintf("train-%d", i), ns).Obj()
+			tj := tytesting.MakeTrainJob(fmt.Sprintf("train-%d", i), ns).Obj()
 			_, err := pinAt(context.Background(), c, c, tj, reuse{now: now, within: time.Minute})
 			errs <- err
 			if ref, err := PinnedRef(tj); err == nil {

@@ -12,13 +12,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // pinnedUpdateBase is a TrainJob as the pinning webhook leaves it: the
 // user's runtimeRef and the pin annotations.
 func pinnedUpdateBase() *trainer.TrainJob {
-	tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
+	tj := tytesting.MakeTrainJob("train", ns).Queue("q").Obj()
 	tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch-distributed", v1alpha1.AnnotationRuntimeHash: "sha256:0123456789ab", "team": "a"}
 	return tj
 }
@@ -102,7 +102,7 @@ func TestKeepPin(t *testing.T) {
 			want:   func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:other" },
 		},
 		"an unpinned job is not ours": {
-			old:    tyt.MakeTrainJob("train", ns).Queue("q").Obj(),
+			old:    tytesting.MakeTrainJob("train", ns).Queue("q").Obj(),
 			update: func(tj *trainer.TrainJob) { tj.Annotations = map[string]string{"x": "y"} },
 			want:   func(tj *trainer.TrainJob) { tj.Annotations = map[string]string{"x": "y"} },
 		},

@@ -23,7 +23,7 @@ import (
 	"github.com/trainyard-dev/trainyard/backends/kubework"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/tenantview"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/spoke"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
@@ -116,9 +116,9 @@ func TestChartsOnAPIServer(t *testing.T) {
 
 	_, err = b.Capacity(call())
 	g.Expect(err).NotTo(HaveOccurred(), "Capacity as the agent")
-	tj := tyt.MakeTrainJob("train-rbac", "team-a").Queue("lq").Suspend(true).NumNodes(1).Obj()
-	d := tyt.MakeDispatch("rbac", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
-		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tyt.TorchRuntimeSpec(1)).
+	tj := tytesting.MakeTrainJob("train-rbac", "team-a").Queue("lq").Suspend(true).NumNodes(1).Obj()
+	d := tytesting.MakeDispatch("rbac", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tytesting.TorchRuntimeSpec(1)).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 1}).Obj()
 	// The RoleBinding it makes takes effect once the API server's
 	// authorizer has seen it: Submit is retried as the agent would.
@@ -141,8 +141,8 @@ func TestChartsOnAPIServer(t *testing.T) {
 	// A Target change reaches the namespace at the next job, as the agent.
 	egress := []v1alpha1.EgressRule{{CIDR: "10.20.0.0/16", Ports: []v1alpha1.EgressPort{{Protocol: v1alpha1.EgressProtocolTCP, Port: 443}}}}
 	b.UpdateSettings(kubework.Settings{Egress: egress})
-	d2 := tyt.MakeDispatch("rbac-2", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
-		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tyt.TorchRuntimeSpec(1)).
+	d2 := tytesting.MakeDispatch("rbac-2", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tytesting.TorchRuntimeSpec(1)).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 1}).Attempt(2).Obj()
 	_, err = b.Submit(call(), d2)
 	g.Expect(err).NotTo(HaveOccurred(), "Submit as the agent after the Target's egress changed")

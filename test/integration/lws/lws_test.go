@@ -19,7 +19,7 @@ import (
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/lws"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -48,10 +48,10 @@ func onKwok(rt trainer.TrainingRuntimeSpec, annotations map[string]string) train
 
 // torchDispatch is a 2-node, 4-GPU-per-node torch job placed in rack r2.
 func torchDispatch(name string, annotations map[string]string) *v1alpha1.Dispatch {
-	tj := tyt.MakeTrainJob("train-"+name, "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(gpusPerNode).Obj()
-	return tyt.MakeDispatch(name, "trainyard-spoke", "spoke").
+	tj := tytesting.MakeTrainJob("train-"+name, "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(gpusPerNode).Obj()
+	return tytesting.MakeDispatch(name, "trainyard-spoke", "spoke").
 		SnapshotTrainJob(tj).
-		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", onKwok(tyt.TorchRuntimeSpec(1), annotations)).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", onKwok(tytesting.TorchRuntimeSpec(1), annotations)).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 2, Topology: &v1alpha1.TopologyAssignment{
 			Levels: []string{rackLabel}, Domains: []v1alpha1.TopologyDomainAssignment{{Values: []string{"r2"}, Count: 2}},
 		}}).Obj()
@@ -173,10 +173,10 @@ func TestFailingWorkerFailsTheJob(t *testing.T) {
 func TestMPIGroupRunsWithLauncherAsLeader(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
 	b := newBackend(t)
-	tj := tyt.MakeTrainJob("train-mpi", "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(1).Obj()
-	d := tyt.MakeDispatch("mpi", "trainyard-spoke", "spoke").
+	tj := tytesting.MakeTrainJob("train-mpi", "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(1).Obj()
+	d := tytesting.MakeDispatch("mpi", "trainyard-spoke", "spoke").
 		SnapshotTrainJob(tj).
-		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "mpi", onKwok(tyt.MPIRuntimeSpec(1, 2), map[string]string{"kwok.trainyard.dev/run-for": "4s"})).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "mpi", onKwok(tytesting.MPIRuntimeSpec(1, 2), map[string]string{"kwok.trainyard.dev/run-for": "4s"})).
 		PodSets(v1alpha1.PodSetPlacement{Name: "launcher", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: 2}).Obj()
 	ref, err := b.Submit(ctx, d)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -113,12 +113,12 @@ func multiStepExample(g *WithT, h client.Client) *trainer.TrainJob {
 // mpi-operator's pi example as `trainyard convert` prints it for the
 // sandbox's queue (deepspeed-distributed, 1 CPU per node).
 func convertedPi(g *WithT, h client.Client, kubeconfig string) *trainer.TrainJob {
-	rts, err := tyt.AllShippedRuntimes()
+	rts, err := tytesting.AllShippedRuntimes()
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, rt := range rts {
 		g.Expect(h.Create(context.Background(), rt)).To(Succeed())
 	}
-	examples, err := tyt.V1Examples()
+	examples, err := tytesting.V1Examples()
 	g.Expect(err).NotTo(HaveOccurred())
 	var path string
 	for _, ex := range examples {
