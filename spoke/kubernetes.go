@@ -314,11 +314,11 @@ func newAgentManager(hubCfg *rest.Config, t *v1alpha1.Target, o managerOptions) 
 // dispatchOfRemote maps remote work to the Dispatch that made it.
 func dispatchOfRemote[T client.Object](_ context.Context, o T) []reconcile.Request {
 	l := o.GetLabels()
-	if l[backends.LabelDispatchName] == "" {
+	if l[v1alpha1.LabelDispatchName] == "" {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{
-		Namespace: l[backends.LabelDispatchNamespace], Name: l[backends.LabelDispatchName]}}}
+		Namespace: l[v1alpha1.LabelDispatchNamespace], Name: l[v1alpha1.LabelDispatchName]}}}
 }
 
 func withRate(cfg *rest.Config, qps float32, burst int) *rest.Config {

@@ -165,7 +165,7 @@ func TestSubmitMakesTheTenantNamespace(t *testing.T) {
 		if err := base.Get(ctx, client.ObjectKey{Name: testNS}, &ns); err != nil {
 			t.Fatalf("namespace: %v", err)
 		}
-		if ns.Labels["pod-security.kubernetes.io/enforce"] != "baseline" || ns.Labels[kubework.LabelTenant] != "team-a" {
+		if ns.Labels["pod-security.kubernetes.io/enforce"] != "baseline" || ns.Labels[v1alpha1.LabelTenant] != "team-a" {
 			t.Errorf("namespace labels = %v, want baseline enforced for tenant team-a", ns.Labels)
 		}
 		var nps networkingv1.NetworkPolicyList

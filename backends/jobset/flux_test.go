@@ -75,7 +75,7 @@ func TestRenderFluxShipped(t *testing.T) {
 		t.Errorf("companions %s, %s; want %s-flux-entrypoint and %s-flux-curve", cm.Name, curve.Name, name, name)
 	}
 	for _, o := range r.Companions {
-		if o.GetNamespace() != testNS || o.GetLabels()[backends.LabelDispatchName] != d.Name || len(o.GetOwnerReferences()) != 0 {
+		if o.GetNamespace() != testNS || o.GetLabels()[v1alpha1.LabelDispatchName] != d.Name || len(o.GetOwnerReferences()) != 0 {
 			t.Errorf("%T %s: namespace %q labels %v owners %v; want the JobSet's namespace and labels, no owner yet",
 				o, o.GetName(), o.GetNamespace(), o.GetLabels(), o.GetOwnerReferences())
 		}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
@@ -79,7 +80,7 @@ func TestRenderMPI(t *testing.T) {
 			var hostfile *corev1.ConfigMap
 			var keys *corev1.Secret
 			for _, o := range r.Companions {
-				if o.GetNamespace() != testNS || o.GetLabels()[backends.LabelDispatchName] != d.Name || len(o.GetOwnerReferences()) != 0 {
+				if o.GetNamespace() != testNS || o.GetLabels()[v1alpha1.LabelDispatchName] != d.Name || len(o.GetOwnerReferences()) != 0 {
 					t.Errorf("%T %s: namespace %q labels %v owners %v; want the JobSet's namespace and labels, no owner yet",
 						o, o.GetName(), o.GetNamespace(), o.GetLabels(), o.GetOwnerReferences())
 				}

@@ -70,7 +70,7 @@ func TestCancelReportsGoneOnlyWhenPodsAreGone(t *testing.T) {
 // fence keeps, once Observe recorded its end and scaled it to zero; a set
 // scaled to zero without the record, or scaled up again after it, is not.
 func TestListRemoteFinished(t *testing.T) {
-	record := map[string]string{AnnotationFinished: `{"phase":"Succeeded","reason":"LeaderSucceeded","at":null}`}
+	record := map[string]string{v1alpha1.AnnotationLeaderWorkerSetFinished: `{"phase":"Succeeded","reason":"LeaderSucceeded","at":null}`}
 	cases := map[string]struct {
 		annotations map[string]string
 		replicas    int32

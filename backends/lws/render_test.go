@@ -64,7 +64,7 @@ func TestRenderTorch(t *testing.T) {
 		t.Errorf("PET_NNODES = %q, want 3", env["PET_NNODES"].Value)
 	}
 	for _, o := range []map[string]string{lws.Labels, tmpl.WorkerTemplate.Labels} {
-		if o[backends.LabelDispatchName] != d.Name || o[backends.LabelWorkloadUID] != string(d.Spec.Workload.UID) {
+		if o[v1alpha1.LabelDispatchName] != d.Name || o[backends.LabelWorkloadUID] != string(d.Spec.Workload.UID) {
 			t.Errorf("labels %v lack the Dispatch's", o)
 		}
 	}

@@ -19,12 +19,8 @@ import (
 	"github.com/trainyard-dev/trainyard/backends/kubework"
 )
 
-// AnnotationFinished records on a LeaderWorkerSet how its job ended (JSON
-// of finished). A LeaderWorkerSet has no notion of done: its pods restart
-// their containers, so the first exit seen is written down here and the set
-// is scaled to zero, which frees its GPUs and keeps the record.
-const AnnotationFinished = "trainyard.dev/finished"
-
+// finished is how a LeaderWorkerSet's job ended, as JSON in its
+// v1alpha1.AnnotationLeaderWorkerSetFinished annotation.
 type finished struct {
 	Phase    v1alpha1.DispatchPhase `json:"phase"`
 	Reason   string                 `json:"reason"`
@@ -41,10 +37,10 @@ func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.
 	if err != nil {
 		return nil, err
 	}
-	if raw, ok := lws.Annotations[AnnotationFinished]; ok {
+	if raw, ok := lws.Annotations[v1alpha1.AnnotationLeaderWorkerSetFinished]; ok {
 		var f finished
 		if err := json.Unmarshal([]byte(raw), &f); err != nil {
-			return nil, fmt.Errorf("leaderworkerset %s/%s: annotation %s: %w", lws.Namespace, lws.Name, AnnotationFinished, err)
+			return nil, fmt.Errorf("leaderworkerset %s/%s: annotation %s: %w", lws.Namespace, lws.Name, v1alpha1.AnnotationLeaderWorkerSetFinished, err)
 		}
 		return &backends.Status{Phase: f.Phase, Reason: f.Reason, Message: f.Message, ExitCode: f.ExitCode,
 			StartTime: f.Start, CompletionTime: &f.At}, nil
@@ -75,7 +71,7 @@ func (b *Backend) finish(ctx context.Context, lws *lwsv1.LeaderWorkerSet, st *ba
 	if lws.Annotations == nil {
 		lws.Annotations = map[string]string{}
 	}
-	lws.Annotations[AnnotationFinished] = string(raw)
+	lws.Annotations[v1alpha1.AnnotationLeaderWorkerSetFinished] = string(raw)
 	zero := int32(0)
 	lws.Spec.Replicas = &zero
 	if err := b.c.Patch(ctx, lws, patch); err != nil {

@@ -158,7 +158,7 @@ func TestChartsOnAPIServer(t *testing.T) {
 		return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + role, Namespace: ns},
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}, Subjects: []rbacv1.Subject{binding.Subject}}
 	}
-	relabel := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{kubework.LabelTenant: "x"}}}
+	relabel := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{v1alpha1.LabelTenant: "x"}}}
 	for what, err := range map[string]error{
 		"create a JobSet in default":           direct.Create(ctx, outside),
 		"list Secrets":                         direct.List(ctx, &corev1.SecretList{}),
@@ -279,7 +279,7 @@ func checkTenantNamespacePolicy(ctx context.Context, t *testing.T, agent client.
 		"privileged":                     nsWith(jobsNS+"-priv", func(l, _ map[string]string) { l[psa+"enforce"] = "privileged" }),
 		"with no level":                  nsWith(jobsNS+"-nolevel", func(l, _ map[string]string) { delete(l, psa+"enforce") }),
 		"pinned to an old level version": nsWith(jobsNS+"-old", func(l, _ map[string]string) { l[psa+"enforce-version"] = "v1.22" }),
-		"untenanted":                     nsWith(jobsNS+"-untenanted", func(l, _ map[string]string) { delete(l, kubework.LabelTenant) }),
+		"untenanted":                     nsWith(jobsNS+"-untenanted", func(l, _ map[string]string) { delete(l, v1alpha1.LabelTenant) }),
 		"with a label others select by":  nsWith(jobsNS+"-selected", func(l, _ map[string]string) { l["monitoring"] = "scrape-all" }),
 		"with an annotation": nsWith(jobsNS+"-annotated", func(_, a map[string]string) {
 			a["scheduler.alpha.kubernetes.io/node-selector"] = "node-role.kubernetes.io/control-plane="

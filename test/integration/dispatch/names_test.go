@@ -84,7 +84,7 @@ func TestLongestTrainJobNameRunsEndToEnd(t *testing.T) {
 	g.Expect(len(js.Name)).To(BeNumerically("<=", backends.MaxRemoteName))
 	g.Expect(js.Spec.ReplicatedJobs).To(HaveLen(2))
 	g.Expect(js.Spec.ReplicatedJobs[0].Name).To(Equal("dataset-initializer"))
-	g.Expect(js.Labels).To(HaveKeyWithValue(backends.LabelDispatchName, d.Name))
+	g.Expect(js.Labels).To(HaveKeyWithValue(v1alpha1.LabelDispatchName, d.Name))
 	g.Expect(js.Labels).To(HaveKeyWithValue(v1alpha1.LabelAttempt, strconv.Itoa(1)))
 	g.Expect(tj.Status.JobsStatus).To(ContainElements(HaveField("Name", "dataset-initializer"), HaveField("Name", "node")))
 }

@@ -135,7 +135,7 @@ func TestTorchGroupRunsToCompletion(t *testing.T) {
 	g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: jobsNS, Name: name}, &set)).To(Succeed())
 	g.Expect(ptr.Deref(set.Spec.Replicas, -1)).To(BeZero())
 	var rec map[string]any
-	g.Expect(json.Unmarshal([]byte(set.Annotations[lws.AnnotationFinished]), &rec)).To(Succeed())
+	g.Expect(json.Unmarshal([]byte(set.Annotations[v1alpha1.AnnotationLeaderWorkerSetFinished]), &rec)).To(Succeed())
 	g.Expect(rec["phase"]).To(Equal(string(v1alpha1.DispatchSucceeded)))
 	g.Eventually(func(g Gomega) {
 		g.Expect(podsOf(g, name)).To(BeEmpty())

@@ -46,7 +46,7 @@ func TestSubmitRefusesWhatAGroupCannotHold(t *testing.T) {
 			tj := tytesting.MakeTrainJob("train", "team-a").Obj()
 			g.Expect(errors.Is(lws.CheckRuntime(tytesting.MustShippedRuntimeSpec(tc.runtime), &tj.Spec), tc.want)).To(BeTrue(), "CheckRuntime disagrees with Submit")
 
-			mine := client.MatchingLabels{backends.LabelDispatchName: d.Name}
+			mine := client.MatchingLabels{v1alpha1.LabelDispatchName: d.Name}
 			var sets lwsapi.LeaderWorkerSetList
 			var cms corev1.ConfigMapList
 			var secrets corev1.SecretList

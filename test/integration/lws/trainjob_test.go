@@ -71,7 +71,7 @@ func TestTrainJobRunsAsLeaderWorkerSet(t *testing.T) {
 	g.Expect(mine[0].Status.Reason).To(Equal(v1alpha1.ReasonLeaderSucceeded))
 	sets := setsOf(g, tj.Name)
 	g.Expect(sets).To(HaveLen(1))
-	g.Expect(sets[0].Annotations).To(HaveKey(lws.AnnotationFinished))
+	g.Expect(sets[0].Annotations).To(HaveKey(v1alpha1.AnnotationLeaderWorkerSetFinished))
 	g.Expect(ptr.Deref(sets[0].Spec.Replicas, -1)).To(BeZero())
 
 	g.Expect(hub.Delete(ctx, tj, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
