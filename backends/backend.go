@@ -100,19 +100,17 @@ var (
 	ErrRejected = errors.New("rejected by backend")
 )
 
-// Labels and annotations remote work carries, so the agent can find the
-// Dispatch that made it. Dispatch names are DNS labels (the hub makes them
-// so), and so are Dispatch namespaces, so both are label values as they
-// are; a Target name may be longer and is carried as v1alpha1.LabelValue.
+// Labels and annotations remote work carries, beside
+// v1alpha1.LabelDispatchNamespace and LabelDispatchName, so the agent can
+// find the Dispatch that made it. A Target name may be longer than a label
+// value and is carried as v1alpha1.LabelValue.
 const (
-	LabelDispatchNamespace = "trainyard.dev/dispatch-namespace"
-	LabelDispatchName      = "trainyard.dev/dispatch-name"
-	LabelWorkloadUID       = v1alpha1.LabelWorkloadUID
-	LabelTrainJobUID       = v1alpha1.LabelTrainJobUID
-	LabelAttempt           = v1alpha1.LabelAttempt
-	LabelTarget            = v1alpha1.LabelTarget
-	LabelManagedBy         = "app.kubernetes.io/managed-by"
-	ManagedByValue         = "trainyard"
+	LabelWorkloadUID = v1alpha1.LabelWorkloadUID
+	LabelTrainJobUID = v1alpha1.LabelTrainJobUID
+	LabelAttempt     = v1alpha1.LabelAttempt
+	LabelTarget      = v1alpha1.LabelTarget
+	LabelManagedBy   = "app.kubernetes.io/managed-by"
+	ManagedByValue   = "trainyard"
 )
 
 // Bounds of remote names. JobSet names a pod
@@ -170,13 +168,13 @@ func dns1035Prefix(name string, max int) string {
 // RemoteLabels are the labels every piece of remote work of d carries.
 func RemoteLabels(d *v1alpha1.Dispatch) map[string]string {
 	return map[string]string{
-		LabelDispatchNamespace: d.Namespace,
-		LabelDispatchName:      d.Name,
-		LabelWorkloadUID:       string(d.Spec.Workload.UID),
-		LabelTrainJobUID:       string(d.Spec.TrainJob.UID),
-		LabelAttempt:           strconv.Itoa(int(d.Spec.Attempt)),
-		LabelTarget:            v1alpha1.LabelValue(d.Spec.TargetName),
-		LabelManagedBy:         ManagedByValue,
+		v1alpha1.LabelDispatchNamespace: d.Namespace,
+		v1alpha1.LabelDispatchName:      d.Name,
+		LabelWorkloadUID:                string(d.Spec.Workload.UID),
+		LabelTrainJobUID:                string(d.Spec.TrainJob.UID),
+		LabelAttempt:                    strconv.Itoa(int(d.Spec.Attempt)),
+		LabelTarget:                     v1alpha1.LabelValue(d.Spec.TargetName),
+		LabelManagedBy:                  ManagedByValue,
 	}
 }
 

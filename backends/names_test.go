@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // name63 is the longest TrainJob name Kubernetes and Trainer accept.
@@ -121,7 +121,7 @@ func TestRemoteLabelsAreLabelValues(t *testing.T) {
 // TestTrainerReplicatedJobNamesFitTheBudget reads every runtime Trainer
 // ships: MaxRemoteName leaves room for their replicated-job names.
 func TestTrainerReplicatedJobNamesFitTheBudget(t *testing.T) {
-	shipped, err := tyt.AllShippedRuntimes()
+	shipped, err := tytesting.AllShippedRuntimes()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +139,6 @@ func TestTrainerReplicatedJobNamesFitTheBudget(t *testing.T) {
 		}
 	}
 	if runtimes < 5 {
-		t.Fatalf("read %d runtimes under %s; want Trainer's shipped set", runtimes, tyt.ShippedRuntimesDir)
+		t.Fatalf("read %d runtimes under %s; want Trainer's shipped set", runtimes, tytesting.ShippedRuntimesDir)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestFencedAttemptsAreForgottenOnceNoReportIsDue: a replica that fenced
@@ -25,7 +25,7 @@ func TestFencedAttemptsAreForgottenOnceNoReportIsDue(t *testing.T) {
 	var objs []client.Object
 	var ds []*v1alpha1.Dispatch
 	for i := range jobs {
-		d := running(tyt.MakeDispatch(fmt.Sprintf("d%04d", i), agentNS, testTarget).Attempt(1)).Obj()
+		d := running(tytesting.MakeDispatch(fmt.Sprintf("d%04d", i), agentNS, testTarget).Attempt(1)).Obj()
 		ds, objs = append(ds, d), append(objs, d)
 	}
 	hub := newHub(&hubRecorder{}, objs...)
@@ -95,7 +95,7 @@ func TestAgentMemoryAfterManyJobs(t *testing.T) {
 	}
 	const jobs = 100
 	for i := range jobs {
-		d := tyt.MakeDispatch(fmt.Sprintf("d%04d", i), agentNS, testTarget).Attempt(1).Obj()
+		d := tytesting.MakeDispatch(fmt.Sprintf("d%04d", i), agentNS, testTarget).Attempt(1).Obj()
 		if err := hub.Create(ctx, d); err != nil {
 			t.Fatal(err)
 		}

@@ -340,7 +340,7 @@ func (r *DispatchReconciler) cancel(ctx context.Context, d *v1alpha1.Dispatch) (
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if ref := d.Status.Remote; ref != nil {
-		r.event(d, dispatchEvent{corev1.EventTypeNormal, EventRemoteCancelled, "deleted " + remoteName(ref)})
+		r.event(d, dispatchEvent{corev1.EventTypeNormal, EventRemoteCancelled, "deleted " + ref.String()})
 	}
 	return ctrl.Result{}, nil
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 const (
@@ -34,9 +34,9 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func at(d time.Duration) *metav1.Time { return &metav1.Time{Time: t0.Add(d)} }
 
-func dispatch() *tyt.DispatchWrapper { return tyt.MakeDispatch("d1", agentNS, testTarget) }
+func dispatch() *tytesting.DispatchWrapper { return tytesting.MakeDispatch("d1", agentNS, testTarget) }
 
-func ours(w *tyt.DispatchWrapper) *tyt.DispatchWrapper {
+func ours(w *tytesting.DispatchWrapper) *tytesting.DispatchWrapper {
 	return w.Finalizers(v1alpha1.RemoteCleanupFinalizer)
 }
 
@@ -58,7 +58,7 @@ const (
 
 // submitted is d as the agent left it after creating its remote work an
 // hour before t0.
-func submitted(w *tyt.DispatchWrapper) *tyt.DispatchWrapper {
+func submitted(w *tytesting.DispatchWrapper) *tytesting.DispatchWrapper {
 	d := w.Obj()
 	ref := fakeRef(d)
 	d.Status = v1alpha1.DispatchStatus{
@@ -73,7 +73,7 @@ func submitted(w *tyt.DispatchWrapper) *tyt.DispatchWrapper {
 }
 
 // running is d running since half an hour before t0.
-func running(w *tyt.DispatchWrapper) *tyt.DispatchWrapper {
+func running(w *tytesting.DispatchWrapper) *tytesting.DispatchWrapper {
 	d := submitted(w).Obj()
 	d.Status.Phase, d.Status.Reason, d.Status.Message = v1alpha1.DispatchRunning, v1alpha1.ReasonRemoteRunning, ""
 	d.Status.Conditions = conds(v1alpha1.ReasonRemoteRunning, "", yes, yes, no)
@@ -84,7 +84,7 @@ func running(w *tyt.DispatchWrapper) *tyt.DispatchWrapper {
 	return w
 }
 
-func withStatus(w *tyt.DispatchWrapper, mutate func(*v1alpha1.DispatchStatus)) *tyt.DispatchWrapper {
+func withStatus(w *tytesting.DispatchWrapper, mutate func(*v1alpha1.DispatchStatus)) *tytesting.DispatchWrapper {
 	mutate(&w.Status)
 	return w
 }
@@ -111,7 +111,7 @@ func newHub(rec *hubRecorder, objs ...client.Object) client.Client {
 
 type reconcileCase struct {
 	// dispatch is stored on the hub before the first pass; nil stores none.
-	dispatch *tyt.DispatchWrapper
+	dispatch *tytesting.DispatchWrapper
 	// prepare sets up the backend; it gets the stored Dispatch.
 	prepare func(*fakeBackend, *v1alpha1.Dispatch)
 	// passes is how many reconciles run (default 1); the clock moves a
@@ -122,7 +122,7 @@ type reconcileCase struct {
 	wantResult ctrl.Result // of the last pass
 	wantErr    bool        // of the last pass
 	// want holds the expected finalizers and status; nil: the Dispatch is gone.
-	want         *tyt.DispatchWrapper
+	want         *tytesting.DispatchWrapper
 	wantCalls    fakeCalls
 	wantWrites   int
 	wantRemote   []string
@@ -220,7 +220,7 @@ func runReconcile(t *testing.T, cases map[string]reconcileCase) {
 	}
 }
 
-func remoteOf(w *tyt.DispatchWrapper) []string { return []string{backends.RemoteName(w.Obj())} }
+func remoteOf(w *tytesting.DispatchWrapper) []string { return []string{backends.RemoteName(w.Obj())} }
 
 func TestReconcileSubmit(t *testing.T) {
 	fresh := dispatch()
@@ -439,7 +439,9 @@ func TestReconcileObserve(t *testing.T) {
 }
 
 func TestReconcileDelete(t *testing.T) {
-	deleted := func(w *tyt.DispatchWrapper) *tyt.DispatchWrapper { return w.DeletionTimestamp(t0.Add(-time.Second)) }
+	deleted := func(w *tytesting.DispatchWrapper) *tytesting.DispatchWrapper {
+		return w.DeletionTimestamp(t0.Add(-time.Second))
+	}
 	withRemote := func(b *fakeBackend, d *v1alpha1.Dispatch) { b.put(d, backends.Status{Phase: v1alpha1.DispatchRunning}) }
 	d := dispatch()
 	runReconcile(t, map[string]reconcileCase{
@@ -496,7 +498,7 @@ func TestReconcileDelete(t *testing.T) {
 }
 
 func TestReconcileIgnores(t *testing.T) {
-	other := func() *tyt.DispatchWrapper { return dispatch().Target("gpu-b") }
+	other := func() *tytesting.DispatchWrapper { return dispatch().Target("gpu-b") }
 	runReconcile(t, map[string]reconcileCase{
 		"a Dispatch of another target": {
 			dispatch: other(),

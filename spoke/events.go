@@ -1,8 +1,6 @@
 package spoke
 
 import (
-	"fmt"
-
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -35,7 +33,7 @@ type dispatchEvent struct {
 func (r *DispatchReconciler) events(old, cur *v1alpha1.DispatchStatus) []dispatchEvent {
 	var out []dispatchEvent
 	if old.Remote == nil && cur.Remote != nil {
-		out = append(out, dispatchEvent{corev1.EventTypeNormal, EventRemoteCreated, "created " + remoteName(cur.Remote)})
+		out = append(out, dispatchEvent{corev1.EventTypeNormal, EventRemoteCreated, "created " + cur.Remote.String()})
 	}
 	if old.Phase != v1alpha1.DispatchRejected && cur.Phase == v1alpha1.DispatchRejected {
 		out = append(out, dispatchEvent{corev1.EventTypeWarning, EventRemoteRefused, "the backend refused the job: " + cur.Message})
@@ -47,17 +45,4 @@ func (r *DispatchReconciler) event(d *v1alpha1.Dispatch, e dispatchEvent) {
 	if r.Recorder != nil {
 		r.Recorder.Event(d, e.typ, e.reason, e.message)
 	}
-}
-
-// remoteName names remote work for a person: JobSet jobs-team-a/x, SlurmJob
-// x (id 42).
-func remoteName(ref *v1alpha1.RemoteRef) string {
-	name := ref.Name
-	if ref.Namespace != "" {
-		name = ref.Namespace + "/" + name
-	}
-	if ref.ID != "" {
-		name += fmt.Sprintf(" (id %s)", ref.ID)
-	}
-	return ref.Kind + " " + name
 }

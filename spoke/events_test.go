@@ -17,7 +17,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestDispatchEvents: the agent records on the Dispatch what it did, once
@@ -28,7 +28,7 @@ func TestDispatchEvents(t *testing.T) {
 	remote := fmt.Sprintf("%s %s/%s", ref.Kind, ref.Namespace, ref.Name)
 	withRemote := func(b *fakeBackend, d *v1alpha1.Dispatch) { b.put(d, backends.Status{Phase: v1alpha1.DispatchRunning}) }
 	cases := map[string]struct {
-		dispatch   *tyt.DispatchWrapper
+		dispatch   *tytesting.DispatchWrapper
 		prepare    func(*fakeBackend, *v1alpha1.Dispatch)
 		failWrites int
 		want       []string

@@ -119,7 +119,7 @@ func (f *Fence) Sweep(ctx context.Context) (int, error) {
 		metrics.FenceDeleted()
 		if f.Recorder != nil {
 			f.Recorder.Event(&d, corev1.EventTypeWarning, EventFenced, fmt.Sprintf(
-				"deleted stale remote work %s of attempt %d: %s", remoteName(&w.Ref), w.Attempt, why))
+				"deleted stale remote work %s of attempt %d: %s", w.Ref.String(), w.Attempt, why))
 		}
 		deleted++
 	}

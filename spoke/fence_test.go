@@ -21,7 +21,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func work(name, dispatchNS, dispatchName string, attempt int32) backends.RemoteWork {
@@ -32,10 +32,10 @@ func work(name, dispatchNS, dispatchName string, attempt int32) backends.RemoteW
 }
 
 func TestFenceSweep(t *testing.T) {
-	live := tyt.MakeDispatch("live", agentNS, testTarget).Attempt(2).Obj()
-	requeued := tyt.MakeDispatch("requeued", agentNS, testTarget).Attempt(3).Obj()
-	deleting := ours(tyt.MakeDispatch("deleting", agentNS, testTarget)).DeletionTimestamp(t0).Obj()
-	elsewhere := tyt.MakeDispatch("gone", "trainyard-gpu-b", "gpu-b").Obj()
+	live := tytesting.MakeDispatch("live", agentNS, testTarget).Attempt(2).Obj()
+	requeued := tytesting.MakeDispatch("requeued", agentNS, testTarget).Attempt(3).Obj()
+	deleting := ours(tytesting.MakeDispatch("deleting", agentNS, testTarget)).DeletionTimestamp(t0).Obj()
+	elsewhere := tytesting.MakeDispatch("gone", "trainyard-gpu-b", "gpu-b").Obj()
 	cases := map[string]struct {
 		dispatches []client.Object
 		works      []backends.RemoteWork
@@ -129,7 +129,7 @@ func TestFenceSweep(t *testing.T) {
 
 // hubTarget is the agent's Target as a hub with identity id records it.
 func hubTarget(id string) *v1alpha1.Target {
-	tg := tyt.MakeKubernetesTarget(testTarget, "gpu").Obj()
+	tg := tytesting.MakeKubernetesTarget(testTarget, "gpu").Obj()
 	tg.Status.HubID = id
 	return tg
 }
@@ -191,7 +191,7 @@ func TestFenceBound(t *testing.T) {
 			objs := []client.Object{hubTarget("hub-1")}
 			be := newFakeBackend()
 			for i := 0; i < tc.live; i++ {
-				d := tyt.MakeDispatch(fmt.Sprintf("live-%d", i), agentNS, testTarget).Attempt(1).Obj()
+				d := tytesting.MakeDispatch(fmt.Sprintf("live-%d", i), agentNS, testTarget).Attempt(1).Obj()
 				objs = append(objs, d)
 				be.putWork(work(fmt.Sprintf("r-live-%d", i), agentNS, d.Name, 1))
 			}
@@ -237,7 +237,7 @@ func eventReasons(rec *record.FakeRecorder) []string {
 // read in full, and that read decides.
 func TestFenceReadsInFullOnlyWhatItMayDelete(t *testing.T) {
 	labelled := func(name string, attempt int32, label string) client.Object {
-		d := tyt.MakeDispatch(name, agentNS, testTarget).Attempt(attempt).Obj()
+		d := tytesting.MakeDispatch(name, agentNS, testTarget).Attempt(attempt).Obj()
 		d.Labels = map[string]string{v1alpha1.LabelAttempt: label}
 		return d
 	}

@@ -140,8 +140,12 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 			return nil, err
 		}
 	}
-	switch k.Backend {
-	case v1alpha1.KubernetesBackendLeaderWorkerSet:
+	kind, err := backends.For(&t.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	switch kind {
+	case backends.KindLeaderWorkerSet:
 		if err := requireKind(spoke, t.Name, lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), "LeaderWorkerSet v0.8"); err != nil {
 			return nil, err
 		}
@@ -153,7 +157,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 		opts.RemoteEvents = append(opts.RemoteEvents,
 			source.Kind(spoke.GetCache(), &lwsv1.LeaderWorkerSet{}, handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*lwsv1.LeaderWorkerSet])),
 			source.Kind(spoke.GetCache(), &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*corev1.Pod])))
-	case v1alpha1.KubernetesBackendJobSet, "":
+	case backends.KindJobSet:
 		if err := requireKind(spoke, t.Name, jobsetv1alpha2.SchemeGroupVersion.WithKind("JobSet"), "JobSet v0.11"); err != nil {
 			return nil, err
 		}
@@ -164,7 +168,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 		opts.RemoteEvents = append(opts.RemoteEvents, source.Kind(spoke.GetCache(), &jobsetv1alpha2.JobSet{},
 			handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*jobsetv1alpha2.JobSet])))
 	default:
-		return nil, fmt.Errorf("target %s: spec.kubernetes.backend %q is not JobSet or LeaderWorkerSet", t.Name, k.Backend)
+		return nil, fmt.Errorf("target %s: a Kubernetes agent cannot run the %s backend", t.Name, kind)
 	}
 	if err := setupTargetSettings(mgr, t.Name, opts.Backend.(SettingsUpdater), settings); err != nil {
 		return nil, err
@@ -310,11 +314,11 @@ func newAgentManager(hubCfg *rest.Config, t *v1alpha1.Target, o managerOptions) 
 // dispatchOfRemote maps remote work to the Dispatch that made it.
 func dispatchOfRemote[T client.Object](_ context.Context, o T) []reconcile.Request {
 	l := o.GetLabels()
-	if l[backends.LabelDispatchName] == "" {
+	if l[v1alpha1.LabelDispatchName] == "" {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{
-		Namespace: l[backends.LabelDispatchNamespace], Name: l[backends.LabelDispatchName]}}}
+		Namespace: l[v1alpha1.LabelDispatchNamespace], Name: l[v1alpha1.LabelDispatchName]}}}
 }
 
 func withRate(cfg *rest.Config, qps float32, burst int) *rest.Config {

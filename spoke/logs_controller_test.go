@@ -15,7 +15,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // logsBackend is a fakeBackend that can read logs.
@@ -45,11 +45,11 @@ func logsRequest(t *testing.T, r v1alpha1.LogsRequest) string {
 
 func TestLogsReconciler(t *testing.T) {
 	remote := &v1alpha1.RemoteRef{Kind: "JobSet", Namespace: "jobs", Name: "j"}
-	running := func() *tyt.DispatchWrapper {
-		return tyt.MakeDispatch("d", "agent-ns", "spoke1").Phase(v1alpha1.DispatchRunning).Remote(remote)
+	running := func() *tytesting.DispatchWrapper {
+		return tytesting.MakeDispatch("d", "agent-ns", "spoke1").Phase(v1alpha1.DispatchRunning).Remote(remote)
 	}
 	cases := map[string]struct {
-		dispatch *tyt.DispatchWrapper
+		dispatch *tytesting.DispatchWrapper
 		request  string // annotation value; "" leaves it unset
 		answered string // request id a stored answer already carries
 		backend  func() backends.Backend
@@ -97,7 +97,7 @@ func TestLogsReconciler(t *testing.T) {
 			wantAnswer: true, wantError: "cannot read logs",
 		},
 		"no remote work yet": {
-			dispatch:   tyt.MakeDispatch("d", "agent-ns", "spoke1").Phase(v1alpha1.DispatchPending),
+			dispatch:   tytesting.MakeDispatch("d", "agent-ns", "spoke1").Phase(v1alpha1.DispatchPending),
 			request:    logsRequest(t, v1alpha1.LogsRequest{ID: "r1"}),
 			backend:    func() backends.Backend { return &logsBackend{fakeBackend: newFakeBackend()} },
 			wantAnswer: true, wantError: "no remote work yet",

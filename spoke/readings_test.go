@@ -11,7 +11,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestRunningWorkIsCountedFromTheNextReading: the agent tells the hub from
@@ -21,10 +21,10 @@ import (
 // never claims it; work that runs again is counted afresh.
 func TestRunningWorkIsCountedFromTheNextReading(t *testing.T) {
 	ctx := context.Background()
-	target := tyt.MakeKubernetesTarget(testTarget, "gpu").Obj()
+	target := tytesting.MakeKubernetesTarget(testTarget, "gpu").Obj()
 	target.Status.CapacityReading = 40 // published by the agent's previous run
 	d1 := ours(submitted(dispatch())).Obj()
-	d2 := ours(submitted(tyt.MakeDispatch("d2", agentNS, testTarget))).Obj()
+	d2 := ours(submitted(tytesting.MakeDispatch("d2", agentNS, testTarget))).Obj()
 	hub := fake.NewClientBuilder().WithScheme(HubScheme()).WithObjects(target, d1, d2).
 		WithStatusSubresource(&v1alpha1.Target{}, &v1alpha1.Dispatch{}).Build()
 	be := newFakeBackend()

@@ -11,12 +11,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // failingSince is d after n failed creates, the first at since, the last
 // with message msg.
-func failingSince(w *tyt.DispatchWrapper, n int32, since time.Duration, msg string) *tyt.DispatchWrapper {
+func failingSince(w *tytesting.DispatchWrapper, n int32, since time.Duration, msg string) *tytesting.DispatchWrapper {
 	return withStatus(w, func(s *v1alpha1.DispatchStatus) {
 		s.Message, s.SubmitFailures, s.ObservedAttempt = "submit failed, retrying: "+msg, n, 1
 		s.Conditions = []metav1.Condition{{Type: v1alpha1.DispatchAccepted, Status: metav1.ConditionFalse,
@@ -25,7 +25,7 @@ func failingSince(w *tyt.DispatchWrapper, n int32, since time.Duration, msg stri
 }
 
 // gaveUp is d rejected at at(now) after n failed creates over failing.
-func gaveUp(w *tyt.DispatchWrapper, n int32, failing, now time.Duration, msg string) *tyt.DispatchWrapper {
+func gaveUp(w *tytesting.DispatchWrapper, n int32, failing, now time.Duration, msg string) *tytesting.DispatchWrapper {
 	return withStatus(w, func(s *v1alpha1.DispatchStatus) {
 		why := fmt.Sprintf("the target kept failing to create the job (%d tries in a row over %s); the last error: %s", n, failing, msg)
 		*s = v1alpha1.DispatchStatus{Phase: v1alpha1.DispatchRejected, Reason: v1alpha1.ReasonSubmitFailing, Message: why,

@@ -1,8 +1,10 @@
 package v1alpha1
 
 // Condition types and reasons set by trainyard's controllers and agents. Every
-// reason a controller writes is an exported constant here, so the
-// troubleshooting guide can list them all.
+// reason a controller, an agent or a backend writes is an exported constant
+// here, so the troubleshooting guide can list them all. (The types of the
+// conditions the hub adds to a TrainJob beside Trainer's, Created and
+// Running, are hub/dispatch's ConditionCreated and ConditionRunning.)
 const (
 	// TargetAvailable is True while the agent's lease is fresh (renewed
 	// within the lease duration, judged on the hub's clock) and it reaches
@@ -80,6 +82,25 @@ const (
 	// while the pinning webhook was off, or queued past the pinned-runtime
 	// policy): Kueue gets no pod sets for it, and it can never be pinned.
 	ReasonRuntimeNotPinned = "RuntimeNotPinned"
+
+	// ReasonAdmissionCheckActive is the reason of the Active condition the
+	// hub sets on trainyard's AdmissionChecks.
+	ReasonAdmissionCheckActive = "Active"
+
+	// Reasons the JobSet backend reports when the JobSet's own condition
+	// gives none.
+	ReasonJobSetCreated   = "JobSetCreated"
+	ReasonPodsRunning     = "PodsRunning"
+	ReasonJobSetCompleted = "Completed"
+	ReasonJobSetFailed    = "Failed"
+	ReasonJobSetDeleted   = "JobSetDeleted"
+
+	// Reasons the LeaderWorkerSet backend reports.
+	ReasonLeaderWorkerSetCreated = "LeaderWorkerSetCreated"
+	ReasonAllPodsReady           = "AllPodsReady"
+	ReasonLeaderSucceeded        = "LeaderSucceeded"
+	ReasonContainerFailed        = "ContainerFailed"
+	ReasonLeaderWorkerSetDeleted = "LeaderWorkerSetDeleted"
 
 	// Slurm job ends and events, beyond plain failure.
 	ReasonSlurmTimeLimit   = "TimeLimit"

@@ -241,6 +241,23 @@ type RemoteRef struct {
 	UserID *int64 `json:"userID,omitempty"`
 }
 
+// String names the remote work for a person, as events, check messages and
+// the CLI print it: "JobSet jobs-team-a/x", "SlurmJob x (id 42)". A nil ref
+// is "".
+func (r *RemoteRef) String() string {
+	if r == nil {
+		return ""
+	}
+	name := r.Name
+	if r.Namespace != "" {
+		name = r.Namespace + "/" + name
+	}
+	if r.ID != "" {
+		name += " (id " + r.ID + ")"
+	}
+	return r.Kind + " " + name
+}
+
 // ReplicaStatus counts the pods (or Slurm tasks) of one pod set.
 type ReplicaStatus struct {
 	// +required

@@ -37,6 +37,48 @@ const (
 	// spec.slurm.queueDepth); it counts against that depth until it runs.
 	AnnotationQueued = "trainyard.dev/queued"
 
+	// The runtime pin (hub/snapshot): at creation the hub copies a queued
+	// TrainJob's runtime into a pinned copy and records it on the job.
+	//
+	// LabelPinnedRuntime marks pinned runtime copies; the pinned-runtime
+	// policy refuses any change to their spec.
+	LabelPinnedRuntime = "trainyard.dev/pinned-runtime"
+	// AnnotationRuntimeSource on a TrainJob and its pinned runtime names the
+	// runtime the copy was taken from, as Kind/name.
+	AnnotationRuntimeSource = "trainyard.dev/runtime-source"
+	// AnnotationRuntimeHash is the pinned spec's content hash, on the
+	// TrainJob and its pinned runtime; on remote JobSets it records the
+	// runtime snapshot they were rendered from, for people comparing a
+	// spoke job with its Dispatch.
+	AnnotationRuntimeHash = "trainyard.dev/runtime-hash"
+	// AnnotationPinnedAt on a pinned copy is when a TrainJob was last
+	// pinned to it (RFC 3339); the collector keeps a copy for a grace
+	// period after it.
+	AnnotationPinnedAt = "trainyard.dev/pinned-at"
+
+	// LabelDispatchNamespace and LabelDispatchName on remote work name the
+	// Dispatch that made it, so the agent can find it. Dispatch names and
+	// namespaces are DNS labels (the hub makes them so), and so label values
+	// as they are.
+	LabelDispatchNamespace = "trainyard.dev/dispatch-namespace"
+	LabelDispatchName      = "trainyard.dev/dispatch-name"
+	// LabelTenant on a spoke namespace names the hub namespace it serves.
+	LabelTenant = "trainyard.dev/tenant"
+	// AnnotationLeaderWorkerSetFinished records on a LeaderWorkerSet how its
+	// job ended (JSON). A LeaderWorkerSet has no notion of done: its pods
+	// restart their containers, so the first exit seen is written down here
+	// and the set is scaled to zero, which frees its GPUs and keeps the
+	// record.
+	AnnotationLeaderWorkerSetFinished = "trainyard.dev/finished"
+	// AnnotationPodSetRequiredTopology and AnnotationPodSetPreferredTopology
+	// on a runtime's pod template are trainyard's own spelling of Kueue's
+	// podset topology annotations (hub/placement). With Kueue's
+	// TopologyAwareScheduling gate on, Kueue admits a pod set carrying its
+	// annotations only to a TAS flavor, and a hub has no nodes to back one;
+	// the trainyard annotations ask trainyard alone, on any flavor.
+	AnnotationPodSetRequiredTopology  = "trainyard.dev/podset-required-topology"
+	AnnotationPodSetPreferredTopology = "trainyard.dev/podset-preferred-topology"
+
 	// WorkloadFinalizer holds a hub Workload until its Dispatches, and so
 	// its remote work, are gone.
 	WorkloadFinalizer = "trainyard.dev/dispatch"

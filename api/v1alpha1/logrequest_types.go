@@ -2,7 +2,6 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // A LogRequest is how a tenant reads a TrainJob's output: created in the
@@ -115,7 +114,6 @@ type LogRequestStatus struct {
 
 // LogRequest is a tenant's request for a TrainJob's output.
 // +kubebuilder:object:root=true
-// +kubebuilder:object:generate=false
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=lreq
 // +kubebuilder:printcolumn:name="TrainJob",type=string,JSONPath=`.spec.trainJobName`
@@ -133,7 +131,6 @@ type LogRequest struct {
 
 // LogRequestList lists LogRequests.
 // +kubebuilder:object:root=true
-// +kubebuilder:object:generate=false
 type LogRequestList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
@@ -143,65 +140,6 @@ type LogRequestList struct {
 func init() {
 	SchemeBuilder.Register(&LogRequest{}, &LogRequestList{})
 }
-
-// The deep copies are written here rather than generated so the type's
-// file stands alone (object:generate=false above).
-
-// DeepCopyInto copies in into out.
-func (in *LogRequest) DeepCopyInto(out *LogRequest) {
-	*out = *in
-	out.TypeMeta = in.TypeMeta
-	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	out.Spec.Requester.Groups = append([]string(nil), in.Spec.Requester.Groups...)
-	if in.Spec.Requester.Groups == nil {
-		out.Spec.Requester.Groups = nil
-	}
-	if in.Status.RelayedAt != nil {
-		out.Status.RelayedAt = in.Status.RelayedAt.DeepCopy()
-	}
-	if in.Status.CompletionTime != nil {
-		out.Status.CompletionTime = in.Status.CompletionTime.DeepCopy()
-	}
-}
-
-// DeepCopy copies the LogRequest.
-func (in *LogRequest) DeepCopy() *LogRequest {
-	if in == nil {
-		return nil
-	}
-	out := new(LogRequest)
-	in.DeepCopyInto(out)
-	return out
-}
-
-// DeepCopyObject implements runtime.Object.
-func (in *LogRequest) DeepCopyObject() runtime.Object { return in.DeepCopy() }
-
-// DeepCopyInto copies in into out.
-func (in *LogRequestList) DeepCopyInto(out *LogRequestList) {
-	*out = *in
-	out.TypeMeta = in.TypeMeta
-	in.ListMeta.DeepCopyInto(&out.ListMeta)
-	if in.Items != nil {
-		out.Items = make([]LogRequest, len(in.Items))
-		for i := range in.Items {
-			in.Items[i].DeepCopyInto(&out.Items[i])
-		}
-	}
-}
-
-// DeepCopy copies the list.
-func (in *LogRequestList) DeepCopy() *LogRequestList {
-	if in == nil {
-		return nil
-	}
-	out := new(LogRequestList)
-	in.DeepCopyInto(out)
-	return out
-}
-
-// DeepCopyObject implements runtime.Object.
-func (in *LogRequestList) DeepCopyObject() runtime.Object { return in.DeepCopy() }
 
 // AnnotationPlacement on a hub TrainJob is the hub's PlacementSummary of its
 // live Dispatch as JSON: what its owner may know of where it runs without

@@ -25,7 +25,7 @@ import (
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/backendtest"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func testScheme() *runtime.Scheme {
@@ -40,8 +40,8 @@ func newFakeClient(objs ...client.Object) client.WithWatch {
 }
 
 func testDispatch(name string) *v1alpha1.Dispatch {
-	tj := tyt.MakeTrainJob("train", "team-a").NumNodes(2).GPUsPerNode(4).Obj()
-	return torchDispatch(name, tj, tyt.TorchRuntimeSpec(1), 2).Obj()
+	tj := tytesting.MakeTrainJob("train", "team-a").NumNodes(2).GPUsPerNode(4).Obj()
+	return torchDispatch(name, tj, tytesting.TorchRuntimeSpec(1), 2).Obj()
 }
 
 func jobSetNames(t *testing.T, c client.Client) []string {
@@ -165,7 +165,7 @@ func TestSubmitMakesTheTenantNamespace(t *testing.T) {
 		if err := base.Get(ctx, client.ObjectKey{Name: testNS}, &ns); err != nil {
 			t.Fatalf("namespace: %v", err)
 		}
-		if ns.Labels["pod-security.kubernetes.io/enforce"] != "baseline" || ns.Labels[kubework.LabelTenant] != "team-a" {
+		if ns.Labels["pod-security.kubernetes.io/enforce"] != "baseline" || ns.Labels[v1alpha1.LabelTenant] != "team-a" {
 			t.Errorf("namespace labels = %v, want baseline enforced for tenant team-a", ns.Labels)
 		}
 		var nps networkingv1.NetworkPolicyList
@@ -244,9 +244,9 @@ func TestListRemoteAndDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldAttempt, err := Render(tyt.MakeDispatch("d2", "trainyard-spoke1", "spoke1").Attempt(3).
-		SnapshotTrainJob(tyt.MakeTrainJob("other", "team-a").NumNodes(1).Obj()).
-		SnapshotRuntime(ctr, "torch-distributed", tyt.TorchRuntimeSpec(1)).Obj(), RenderOptions{Namespace: testNS})
+	oldAttempt, err := Render(tytesting.MakeDispatch("d2", "trainyard-spoke1", "spoke1").Attempt(3).
+		SnapshotTrainJob(tytesting.MakeTrainJob("other", "team-a").NumNodes(1).Obj()).
+		SnapshotRuntime(ctr, "torch-distributed", tytesting.TorchRuntimeSpec(1)).Obj(), RenderOptions{Namespace: testNS})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,26 +10,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
-
-	"github.com/trainyard-dev/trainyard/backends"
 )
 
-// Eligible reports whether the JobSet backend could ever run a TrainJob of
-// spec tj on the runtime spec: nil when it can, else an error wrapping
-// backends.ErrRejected whose text is the reason. It needs no client and
-// changes neither argument, so the hub can ask it before placement; Render
-// runs the same checks, so a job Eligible passes is refused by a spoke only
-// for what the spoke itself says (its API server's validation).
-func Eligible(spec *trainer.TrainingRuntimeSpec, tj *trainer.TrainJobSpec) error {
-	if err := CheckRuntime(spec, tj); err != nil {
-		return fmt.Errorf("%w: %w", backends.ErrRejected, err)
-	}
-	return nil
-}
-
-// CheckRuntime is Eligible's reason without the ErrRejected wrapping, for
-// backends (LeaderWorkerSet) that render through this one and add checks of
-// their own.
+// CheckRuntime says why the JobSet backend could never run a TrainJob of
+// spec tj on the runtime spec: nil when it can, else the reason. It needs
+// no client and changes neither argument. Render runs it first and wraps
+// its reason in backends.ErrRejected, and the hub's eligibility check calls
+// Render, so a job the hub calls eligible is refused by a spoke only for
+// what the spoke itself says (its API server's validation). Backends that
+// render through this one (LeaderWorkerSet) add checks of their own.
 func CheckRuntime(spec *trainer.TrainingRuntimeSpec, tj *trainer.TrainJobSpec) error {
 	if spec == nil || len(spec.Template.Spec.ReplicatedJobs) == 0 {
 		return errors.New("the runtime has no replicated jobs")

@@ -1,7 +1,6 @@
 package jobset
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -10,19 +9,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/trainyard-dev/trainyard/backends"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func TestEligible(t *testing.T) {
-	shipped := tyt.MustShippedRuntimeSpec
+	shipped := tytesting.MustShippedRuntimeSpec
 	torch := func(edit func(*trainer.TrainingRuntimeSpec)) *trainer.TrainingRuntimeSpec {
-		rt := tyt.TorchRuntimeSpec(1)
+		rt := tytesting.TorchRuntimeSpec(1)
 		edit(&rt)
 		return &rt
 	}
 	job := func(edit func(*trainer.TrainJobSpec)) *trainer.TrainJobSpec {
-		tj := tyt.MakeTrainJob("train", "team-a").NumNodes(2).Obj()
+		tj := tytesting.MakeTrainJob("train", "team-a").NumNodes(2).Obj()
 		edit(&tj.Spec)
 		return &tj.Spec
 	}
@@ -34,10 +32,10 @@ func TestEligible(t *testing.T) {
 		want string // "" when eligible
 	}{
 		"torch":                        {spec: torch(func(*trainer.TrainingRuntimeSpec) {}), tj: plain},
-		"OpenMPI":                      {spec: ptr.To(tyt.MPIRuntimeSpec(1, 2)), tj: plain},
-		"Flux, shipped":                {spec: shipped(tyt.TrainerFluxRuntime), tj: plain},
-		"torchtune with initializers":  {spec: shipped(tyt.TrainerTorchtuneLlama1B), tj: job(func(s *trainer.TrainJobSpec) { s.Initializer = dataset })},
-		"torch with cache initializer": {spec: shipped(tyt.TrainerTorchWithCache), tj: plain},
+		"OpenMPI":                      {spec: ptr.To(tytesting.MPIRuntimeSpec(1, 2)), tj: plain},
+		"Flux, shipped":                {spec: shipped(tytesting.TrainerFluxRuntime), tj: plain},
+		"torchtune with initializers":  {spec: shipped(tytesting.TrainerTorchtuneLlama1B), tj: job(func(s *trainer.TrainJobSpec) { s.Initializer = dataset })},
+		"torch with cache initializer": {spec: shipped(tytesting.TrainerTorchWithCache), tj: plain},
 		"no replicated jobs":           {spec: &trainer.TrainingRuntimeSpec{}, tj: plain, want: "no replicated jobs"},
 		"no TrainJob":                  {spec: torch(func(*trainer.TrainingRuntimeSpec) {}), want: "no TrainJob spec"},
 		"runtime of another API group": {spec: torch(func(*trainer.TrainingRuntimeSpec) {}), tj: job(func(s *trainer.TrainJobSpec) { s.RuntimeRef.APIGroup = ptr.To("example.com") }), want: `unsupported runtime group "example.com"`},
@@ -45,10 +43,10 @@ func TestEligible(t *testing.T) {
 		"MPICH": {spec: torch(func(rt *trainer.TrainingRuntimeSpec) {
 			rt.MLPolicy.Torch, rt.MLPolicy.MPI = nil, &trainer.MPIMLPolicySource{MPIImplementation: ptr.To(trainer.MPIImplementationMPICH)}
 		}), tj: plain, want: "MPI implementation MPICH is not supported"},
-		"Flux, no process per node":       {spec: shipped(tyt.TrainerFluxRuntime), tj: job(func(s *trainer.TrainJobSpec) { s.Trainer.NumProcPerNode = ptr.To[int32](0) }), want: "at least one process per node, not 0"},
-		"Flux, reserved init container":   {spec: fluxWithInit(shipped(tyt.TrainerFluxRuntime)), tj: plain, want: `init container "flux-installer" of replicated job "node" is reserved for Flux`},
+		"Flux, no process per node":       {spec: shipped(tytesting.TrainerFluxRuntime), tj: job(func(s *trainer.TrainJobSpec) { s.Trainer.NumProcPerNode = ptr.To[int32](0) }), want: "at least one process per node, not 0"},
+		"Flux, reserved init container":   {spec: fluxWithInit(shipped(tytesting.TrainerFluxRuntime)), tj: plain, want: `init container "flux-installer" of replicated job "node" is reserved for Flux`},
 		"dataset asked, runtime has none": {spec: torch(func(*trainer.TrainingRuntimeSpec) {}), tj: job(func(s *trainer.TrainJobSpec) { s.Initializer = dataset }), want: `configures a dataset-initializer but the runtime has no "dataset-initializer" replicated job`},
-		"model asked, cache runtime has none": {spec: shipped(tyt.TrainerTorchWithCache), tj: job(func(s *trainer.TrainJobSpec) {
+		"model asked, cache runtime has none": {spec: shipped(tytesting.TrainerTorchWithCache), tj: job(func(s *trainer.TrainJobSpec) {
 			s.Initializer = &trainer.Initializer{Model: &trainer.ModelInitializer{StorageUri: ptr.To("hf://m/n")}}
 		}), want: `no "model-initializer" replicated job`},
 	}
@@ -58,17 +56,17 @@ func TestEligible(t *testing.T) {
 			if tc.spec != nil {
 				before = tc.spec.DeepCopy()
 			}
-			err := Eligible(tc.spec, tc.tj)
+			err := CheckRuntime(tc.spec, tc.tj)
 			switch {
 			case tc.want == "" && err != nil:
-				t.Fatalf("Eligible = %v, want eligible", err)
-			case tc.want != "" && !errors.Is(err, backends.ErrRejected):
-				t.Fatalf("Eligible = %v, want a rejection saying %q", err, tc.want)
-			case tc.want != "" && !strings.Contains(backends.RejectionReason(err), tc.want):
-				t.Errorf("reason %q does not say %q", backends.RejectionReason(err), tc.want)
+				t.Fatalf("CheckRuntime = %v, want eligible", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("CheckRuntime = nil, want a refusal saying %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Errorf("reason %q does not say %q", err, tc.want)
 			}
 			if diff := cmp.Diff(before, tc.spec); diff != "" {
-				t.Errorf("Eligible changed the runtime spec (-before +after):\n%s", diff)
+				t.Errorf("CheckRuntime changed the runtime spec (-before +after):\n%s", diff)
 			}
 		})
 	}

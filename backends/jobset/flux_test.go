@@ -15,13 +15,13 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
-// shippedDispatch is tyt.ShippedDispatch, failing t on error.
+// shippedDispatch is tytesting.ShippedDispatch, failing t on error.
 func shippedDispatch(t *testing.T, runtimePath string, tj *trainer.TrainJob, podSets ...v1alpha1.PodSetPlacement) *v1alpha1.Dispatch {
 	t.Helper()
-	d, err := tyt.ShippedDispatch(runtimePath, tj, podSets...)
+	d, err := tytesting.ShippedDispatch(runtimePath, tj, podSets...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,12 +32,12 @@ func shippedDispatch(t *testing.T, runtimePath string, tj *trainer.TrainJob, pod
 // each) on Trainer's Flux runtime, both as shipped.
 func fluxDispatch(t *testing.T) *v1alpha1.Dispatch {
 	t.Helper()
-	tj, err := tyt.ShippedTrainJob(tyt.TrainerFluxLammpsJob, "team-a")
+	tj, err := tytesting.ShippedTrainJob(tytesting.TrainerFluxLammpsJob, "team-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tj.UID = "tj-uid-lammps"
-	return shippedDispatch(t, tyt.TrainerFluxRuntime, tj, v1alpha1.PodSetPlacement{Name: "node", Count: 2})
+	return shippedDispatch(t, tytesting.TrainerFluxRuntime, tj, v1alpha1.PodSetPlacement{Name: "node", Count: 2})
 }
 
 // fluxCompanions splits r's companions into Flux's script ConfigMap and
@@ -75,7 +75,7 @@ func TestRenderFluxShipped(t *testing.T) {
 		t.Errorf("companions %s, %s; want %s-flux-entrypoint and %s-flux-curve", cm.Name, curve.Name, name, name)
 	}
 	for _, o := range r.Companions {
-		if o.GetNamespace() != testNS || o.GetLabels()[backends.LabelDispatchName] != d.Name || len(o.GetOwnerReferences()) != 0 {
+		if o.GetNamespace() != testNS || o.GetLabels()[v1alpha1.LabelDispatchName] != d.Name || len(o.GetOwnerReferences()) != 0 {
 			t.Errorf("%T %s: namespace %q labels %v owners %v; want the JobSet's namespace and labels, no owner yet",
 				o, o.GetName(), o.GetNamespace(), o.GetLabels(), o.GetOwnerReferences())
 		}
@@ -135,13 +135,13 @@ func TestRenderFluxShipped(t *testing.T) {
 // a snapshot without the CRD's defaults) runs the runtime's node count with
 // one process each, where Trainer's plugin would dereference nil.
 func TestRenderFluxDefaults(t *testing.T) {
-	rt, err := tyt.ShippedRuntime(tyt.TrainerFluxRuntime)
+	rt, err := tytesting.ShippedRuntime(tytesting.TrainerFluxRuntime)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rt.Spec.MLPolicy.NumNodes = ptr.To[int32](3)
-	tj := tyt.MakeTrainJob("bare", "team-a").RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt.Name).Obj()
-	d := tyt.MakeDispatch("d1", "trainyard-spoke1", "spoke1").
+	tj := tytesting.MakeTrainJob("bare", "team-a").RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt.Name).Obj()
+	d := tytesting.MakeDispatch("d1", "trainyard-spoke1", "spoke1").
 		SnapshotTrainJob(tj).SnapshotRuntime(ctr, rt.Name, rt.Spec).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 3}).Obj()
 	r, err := RenderAll(d, RenderOptions{Namespace: testNS})

@@ -13,7 +13,7 @@ import (
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // initJob is what a test checks of one rendered replicated job.
@@ -71,7 +71,7 @@ func TestRenderInitializersShipped(t *testing.T) {
 		wantClaims  []jobsetv1alpha2.VolumeClaimPolicy
 	}{
 		"torchtune llama3.2 1B, dataset from the TrainJob": {
-			runtime:     tyt.TrainerTorchtuneLlama1B,
+			runtime:     tytesting.TrainerTorchtuneLlama1B,
 			initializer: &trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("hf://team-a/data")}},
 			podSets: []v1alpha1.PodSetPlacement{
 				{Name: "dataset-initializer", Count: 1}, {Name: "model-initializer", Count: 1}, {Name: "node", Count: 1}},
@@ -89,7 +89,7 @@ func TestRenderInitializersShipped(t *testing.T) {
 			}}}},
 		},
 		"torch with data cache": {
-			runtime: tyt.TrainerTorchWithCache,
+			runtime: tytesting.TrainerTorchWithCache,
 			podSets: []v1alpha1.PodSetPlacement{{Name: "dataset-initializer", Count: 1}, {Name: "node", Count: 1}},
 			want: []initJob{
 				{Name: "dataset-initializer", Replicas: 1, Pods: 1, ServiceAccount: "kubeflow-trainer-cache-initializer",
@@ -100,11 +100,11 @@ func TestRenderInitializersShipped(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			rt, err := tyt.ShippedRuntime(tc.runtime)
+			rt, err := tytesting.ShippedRuntime(tc.runtime)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tj := tyt.MakeTrainJob("tune", "team-a").RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt.Name).Obj()
+			tj := tytesting.MakeTrainJob("tune", "team-a").RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt.Name).Obj()
 			tj.Spec.Initializer = tc.initializer
 			d := shippedDispatch(t, tc.runtime, tj, tc.podSets...)
 			js := mustRender(t, d)

@@ -14,8 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func replicatedJob(t *testing.T, js *jobsetv1alpha2.JobSet, name string) *jobsetv1alpha2.ReplicatedJob {
@@ -51,7 +52,7 @@ func TestRenderMPI(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d := tyt.MPIDispatch(tc.numNodes, tc.procs, tc.launcherAsNode).Obj()
+			d := tytesting.MPIDispatch(tc.numNodes, tc.procs, tc.launcherAsNode).Obj()
 			r, err := RenderAll(d, RenderOptions{Namespace: testNS})
 			if err != nil {
 				t.Fatalf("RenderAll: %v", err)
@@ -79,7 +80,7 @@ func TestRenderMPI(t *testing.T) {
 			var hostfile *corev1.ConfigMap
 			var keys *corev1.Secret
 			for _, o := range r.Companions {
-				if o.GetNamespace() != testNS || o.GetLabels()[backends.LabelDispatchName] != d.Name || len(o.GetOwnerReferences()) != 0 {
+				if o.GetNamespace() != testNS || o.GetLabels()[v1alpha1.LabelDispatchName] != d.Name || len(o.GetOwnerReferences()) != 0 {
 					t.Errorf("%T %s: namespace %q labels %v owners %v; want the JobSet's namespace and labels, no owner yet",
 						o, o.GetName(), o.GetNamespace(), o.GetLabels(), o.GetOwnerReferences())
 				}
@@ -128,7 +129,7 @@ func envOf(c corev1.Container, name string) string {
 // a crash that lost the Secret makes it again.
 func TestSubmitMPIKeepsItsKeys(t *testing.T) {
 	ctx, c := context.Background(), newFakeClient()
-	d := tyt.MPIDispatch(2, 2, false).Obj()
+	d := tytesting.MPIDispatch(2, 2, false).Obj()
 	name := backends.RemoteName(d)
 	secretKey := client.ObjectKey{Namespace: testNS, Name: name + "-mpi-ssh-auth"}
 	readKey := func() []byte {

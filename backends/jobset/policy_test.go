@@ -15,7 +15,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // cacheSA is the ServiceAccount Kubeflow's torch-distributed-with-cache
@@ -27,13 +27,13 @@ const cacheSA = "kubeflow-trainer-cache-initializer"
 // allowlisted), except the cache runtime, whose ServiceAccount the Target
 // must allow by name; and each render carries the job's NetworkPolicy.
 func TestShippedRuntimesOnADefaultTarget(t *testing.T) {
-	runtimes, err := tyt.AllShippedRuntimes()
+	runtimes, err := tytesting.AllShippedRuntimes()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for path, rt := range runtimes {
 		t.Run(rt.Name, func(t *testing.T) {
-			tj := tyt.MakeTrainJob("train", "team-a").RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt.Name).Obj()
+			tj := tytesting.MakeTrainJob("train", "team-a").RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt.Name).Obj()
 			var podSets []v1alpha1.PodSetPlacement
 			for _, rj := range rt.Spec.Template.Spec.ReplicatedJobs {
 				podSets = append(podSets, v1alpha1.PodSetPlacement{Name: rj.Name, Count: 64})
@@ -93,10 +93,10 @@ func TestRenderRefusesTenantPatches(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			tj := tyt.MakeTrainJob("train", "team-b").NumNodes(2).Obj()
+			tj := tytesting.MakeTrainJob("train", "team-b").NumNodes(2).Obj()
 			spec := nodePodPatch(&tc.patch)
 			tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "team-b/tools", TrainingRuntimeSpec: &spec}}
-			_, err := Render(torchDispatch("d1", tj, tyt.TorchRuntimeSpec(1), 2).Obj(), RenderOptions{Namespace: testNS})
+			_, err := Render(torchDispatch("d1", tj, tytesting.TorchRuntimeSpec(1), 2).Obj(), RenderOptions{Namespace: testNS})
 			if !errors.Is(err, backends.ErrRejected) || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Render = %v, want a rejection containing %q", err, tc.wantErr)
 			}
@@ -136,12 +136,12 @@ func TestRenderBoundsTerminationGrace(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			tj := tyt.MakeTrainJob("train", "team-b").NumNodes(2).Obj()
+			tj := tytesting.MakeTrainJob("train", "team-b").NumNodes(2).Obj()
 			if tc.patch != nil {
 				spec := nodePodPatch(&trainer.PodSpecPatch{TerminationGracePeriodSeconds: tc.patch})
 				tj.Spec.RuntimePatches = []trainer.RuntimePatch{{Manager: "team-b/tools", TrainingRuntimeSpec: &spec}}
 			}
-			rt := tyt.TorchRuntimeSpec(1)
+			rt := tytesting.TorchRuntimeSpec(1)
 			rt.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.TerminationGracePeriodSeconds = tc.runtime
 			js, err := Render(torchDispatch("d1", tj, rt, 2).Obj(), RenderOptions{Namespace: testNS, Policy: tc.policy})
 			if tc.wantErr != "" {

@@ -1,8 +1,6 @@
 package jobset
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,20 +11,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-)
-
-const (
-	// AnnotationRuntimeHash records the runtime snapshot a JobSet was
-	// rendered from, for people comparing a spoke job with its Dispatch.
-	AnnotationRuntimeHash = "trainyard.dev/runtime-hash"
-
-	// queueNameLabel is Kueue's LocalQueue label; a spoke running its own
-	// Kueue would otherwise queue the job a second time.
-	queueNameLabel = "kueue.x-k8s.io/queue-name"
 )
 
 // RenderOptions says where the rendered JobSet lives on the spoke.
@@ -35,8 +24,8 @@ type RenderOptions struct {
 	Namespace string
 	// Check refuses the runtime and TrainJob the backend cannot run, before
 	// anything is rendered (default CheckRuntime); a backend that renders
-	// through this one passes its own Eligible check, so the hub and the
-	// render share one source of truth.
+	// through this one passes its own, and the hub's eligibility check
+	// calls Render, so the hub and the agent share one source of truth.
 	Check func(*trainer.TrainingRuntimeSpec, *trainer.TrainJobSpec) error
 	// Policy is what the Target lets tenants put in pod specs (zero: a
 	// default Target's); every rendered pod template is checked against it.
@@ -78,7 +67,7 @@ func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 	}
 	tj, err := remoteTrainJob(d, opts.Namespace)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	check := opts.Check
 	if check == nil {
@@ -86,7 +75,7 @@ func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 	}
 	spec, err := runtimeSpec(d, tj, check)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	fw, err := sharedFramework()
 	if err != nil {
@@ -94,16 +83,16 @@ func RenderAll(d *v1alpha1.Dispatch, opts RenderOptions) (*Rendered, error) {
 	}
 	js, companions, err := fw.buildJobSet(tj, spec)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	// The policy judges the pods as the runtime and the TrainJob make them,
 	// before placement pins them to their topology domains: that node
 	// affinity is trainyard's, not the tenant's.
 	if err := applyPolicy(js, companions, opts.Policy); err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	if err := placePodSets(js, d.Spec.PodSets); err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	finish(js, d)
 	peer := opts.PeerLabel
@@ -145,10 +134,6 @@ func applyPolicy(js *jobsetv1alpha2.JobSet, companions []client.Object, policy k
 	return nil
 }
 
-func rejected(d *v1alpha1.Dispatch, err error) error {
-	return fmt.Errorf("%w: dispatch %s/%s: %w", backends.ErrRejected, d.Namespace, d.Name, err)
-}
-
 // remoteTrainJob is the TrainJob Trainer's framework renders from. It carries
 // the remote name and namespace, because Trainer derives the JobSet's name
 // and the torch rendezvous address (PET_MASTER_ADDR) from them. Its metadata
@@ -157,7 +142,7 @@ func remoteTrainJob(d *v1alpha1.Dispatch, namespace string) (*trainer.TrainJob, 
 	tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{
 		Name: backends.RemoteName(d), Namespace: namespace, UID: d.Spec.TrainJob.UID,
 	}}
-	if err := decodeObject(d.Spec.TrainJob.Spec.Raw, &tj.Spec); err != nil {
+	if err := backends.DecodeObject(d.Spec.TrainJob.Spec.Raw, &tj.Spec); err != nil {
 		return nil, fmt.Errorf("decode trainJob spec: %w", err)
 	}
 	if err := checkRuntimeRef(&tj.Spec.RuntimeRef, d.Spec.Runtime.Kind); err != nil {
@@ -192,12 +177,12 @@ func checkRuntimeRef(ref *trainer.RuntimeRef, kind v1alpha1.RuntimeKind) error {
 }
 
 // runtimeSpec decodes the runtime snapshot, refuses what the backend cannot
-// run (check: the same one its Eligible runs on the hub) and gives unset
+// run (check: the hub's eligibility check renders too) and gives unset
 // fields the defaults the Trainer CRD gives them, which a snapshot taken
 // from an older CRD may lack and Trainer's plugins dereference.
 func runtimeSpec(d *v1alpha1.Dispatch, tj *trainer.TrainJob, check func(*trainer.TrainingRuntimeSpec, *trainer.TrainJobSpec) error) (*trainer.TrainingRuntimeSpec, error) {
 	spec := &trainer.TrainingRuntimeSpec{}
-	if err := decodeObject(d.Spec.Runtime.Spec.Raw, spec); err != nil {
+	if err := backends.DecodeObject(d.Spec.Runtime.Spec.Raw, spec); err != nil {
 		return nil, fmt.Errorf("decode runtime %s %q: %w", d.Spec.Runtime.Kind, d.Spec.Runtime.Name, err)
 	}
 	if err := check(spec, &tj.Spec); err != nil {
@@ -237,18 +222,8 @@ func fluxDefaults(spec *trainer.TrainingRuntimeSpec, tj *trainer.TrainJob) {
 		tj.Spec.Trainer = &trainer.Trainer{}
 	}
 	if tj.Spec.Trainer.NumNodes == nil {
-		tj.Spec.Trainer.NumNodes = ptr.To(ptr.Deref(spec.MLPolicy.NumNodes, 1))
+		tj.Spec.Trainer.NumNodes = ptr.To(backends.NumNodes(&tj.Spec, spec))
 	}
-}
-
-// decodeObject decodes a JSON object; empty or non-object input is an error
-// rather than a silently empty spec.
-func decodeObject(raw []byte, into any) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '{' {
-		return fmt.Errorf("not a JSON object")
-	}
-	return json.Unmarshal(raw, into)
 }
 
 // finish applies what trainyard owns on every JobSet: its labels (so the
@@ -260,7 +235,7 @@ func finish(js *jobsetv1alpha2.JobSet, d *v1alpha1.Dispatch) {
 	if js.Annotations == nil {
 		js.Annotations = map[string]string{}
 	}
-	js.Annotations[AnnotationRuntimeHash] = d.Spec.Runtime.Hash
+	js.Annotations[v1alpha1.AnnotationRuntimeHash] = d.Spec.Runtime.Hash
 	// Trainer points the JobSet at the TrainJob, which does not exist on the
 	// spoke: the garbage collector would delete the JobSet at once.
 	js.OwnerReferences = nil
@@ -280,6 +255,7 @@ func withLabels(have, add map[string]string) map[string]string {
 		out = make(map[string]string, len(add))
 	}
 	maps.Copy(out, add)
-	delete(out, queueNameLabel)
+	// A spoke running its own Kueue would otherwise queue the job a second time.
+	delete(out, kueueconstants.QueueLabel)
 	return out
 }

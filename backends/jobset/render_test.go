@@ -14,11 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // testPolicy is a default Target's, with the ServiceAccounts these tests
@@ -37,8 +38,8 @@ var ctr = v1alpha1.RuntimeKindClusterTrainingRuntime
 
 // torchDispatch is a Dispatch of a torch TrainJob with numNodes nodes of 4
 // GPUs on the torch runtime, its one pod set admitted for numNodes pods.
-func torchDispatch(name string, tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec, numNodes int32) *tyt.DispatchWrapper {
-	return tyt.MakeDispatch(name, "trainyard-spoke1", "spoke1").
+func torchDispatch(name string, tj *trainer.TrainJob, rt trainer.TrainingRuntimeSpec, numNodes int32) *tytesting.DispatchWrapper {
+	return tytesting.MakeDispatch(name, "trainyard-spoke1", "spoke1").
 		SnapshotTrainJob(tj).SnapshotRuntime(ctr, "torch-distributed", rt).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: numNodes})
 }
@@ -77,9 +78,9 @@ func TestRenderTorchEnv(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			tj := tyt.MakeTrainJob("train", "team-a").NumNodes(tc.numNodes).GPUsPerNode(4).Obj()
+			tj := tytesting.MakeTrainJob("train", "team-a").NumNodes(tc.numNodes).GPUsPerNode(4).Obj()
 			tj.Spec.Trainer.NumProcPerNode = tc.procsPerNode
-			d := torchDispatch("d1", tj, tyt.TorchRuntimeSpec(1), tc.numNodes).Obj()
+			d := torchDispatch("d1", tj, tytesting.TorchRuntimeSpec(1), tc.numNodes).Obj()
 			js := mustRender(t, d)
 			remote := backends.RemoteName(d)
 			rj := nodeJob(t, js)
@@ -107,7 +108,7 @@ func TestRenderTorchEnv(t *testing.T) {
 // suspended, managed by MultiKueue and patched with the hub flavor's node
 // selector and a scheduling gate.
 func kueueOwnedTrainJob() *trainer.TrainJob {
-	tj := tyt.MakeTrainJob("train", "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(4).Obj()
+	tj := tytesting.MakeTrainJob("train", "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(4).Obj()
 	tj.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
 	podPatch := func(spec *trainer.PodSpecPatch) trainer.TrainingRuntimeSpecPatch {
 		return trainer.TrainingRuntimeSpecPatch{Template: &trainer.JobSetTemplatePatch{Spec: &trainer.JobSetSpecPatch{
@@ -129,8 +130,8 @@ func kueueOwnedTrainJob() *trainer.TrainJob {
 }
 
 func TestRenderMetadata(t *testing.T) {
-	rt := tyt.TorchRuntimeSpec(1)
-	rt.Template.Labels = map[string]string{tyt.QueueLabel: "spoke-queue", "team": "a"}
+	rt := tytesting.TorchRuntimeSpec(1)
+	rt.Template.Labels = map[string]string{kueueconstants.QueueLabel: "spoke-queue", "team": "a"}
 	rt.Template.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
 	d := torchDispatch("d1", kueueOwnedTrainJob(), rt, 2).Obj()
 	js := mustRender(t, d)
@@ -155,7 +156,7 @@ func TestRenderMetadata(t *testing.T) {
 	want := meta{
 		Name: backends.RemoteName(d), Namespace: testNS,
 		Labels:      jsLabels,
-		Annotations: map[string]string{AnnotationRuntimeHash: d.Spec.Runtime.Hash},
+		Annotations: map[string]string{v1alpha1.AnnotationRuntimeHash: d.Spec.Runtime.Hash},
 		Suspend:     ptr.To(false),
 		PodLabels:   labels,
 		// The user's runtime patch reaches the spoke; Kueue's does not.
@@ -229,9 +230,9 @@ func TestRenderNodeAffinity(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			rt := tyt.TorchRuntimeSpec(1)
+			rt := tytesting.TorchRuntimeSpec(1)
 			rt.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Affinity = tc.own
-			tj := tyt.MakeTrainJob("train", "team-a").NumNodes(2).GPUsPerNode(4).Obj()
+			tj := tytesting.MakeTrainJob("train", "team-a").NumNodes(2).GPUsPerNode(4).Obj()
 			d := torchDispatch("d1", tj, rt, 2).
 				PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 2, Topology: tc.topology}).Obj()
 			want := tc.want
@@ -255,10 +256,10 @@ func TestRenderNodeAffinity(t *testing.T) {
 }
 
 func TestRenderRejects(t *testing.T) {
-	tj := tyt.MakeTrainJob("train", "team-a").NumNodes(2).GPUsPerNode(4).Obj()
-	good := func() *tyt.DispatchWrapper { return torchDispatch("d1", tj, tyt.TorchRuntimeSpec(1), 2) }
+	tj := tytesting.MakeTrainJob("train", "team-a").NumNodes(2).GPUsPerNode(4).Obj()
+	good := func() *tytesting.DispatchWrapper { return torchDispatch("d1", tj, tytesting.TorchRuntimeSpec(1), 2) }
 	withRuntime := func(edit func(*trainer.TrainingRuntimeSpec)) *v1alpha1.Dispatch {
-		rt := tyt.TorchRuntimeSpec(1)
+		rt := tytesting.TorchRuntimeSpec(1)
 		edit(&rt)
 		return good().SnapshotRuntime(ctr, "torch-distributed", rt).Obj()
 	}
@@ -300,7 +301,7 @@ func TestRenderRejects(t *testing.T) {
 			want: `unsupported runtime group "example.com"`,
 		},
 		"runtime ref kind differs from snapshot": {
-			d:    good().SnapshotRuntime(v1alpha1.RuntimeKindTrainingRuntime, "torch", tyt.TorchRuntimeSpec(1)).Obj(),
+			d:    good().SnapshotRuntime(v1alpha1.RuntimeKindTrainingRuntime, "torch", tytesting.TorchRuntimeSpec(1)).Obj(),
 			want: "refers to a ClusterTrainingRuntime but the runtime snapshot is a TrainingRuntime",
 		},
 		"replicated job without pod set": {
@@ -337,12 +338,12 @@ func TestRenderRejects(t *testing.T) {
 // TestRenderConcurrently: the agent submits from several workers at once;
 // the shared Trainer framework must give each the same, independent result.
 func TestRenderConcurrently(t *testing.T) {
-	tj := tyt.MakeTrainJob("train", "team-a").NumNodes(2).GPUsPerNode(4).Obj()
-	want := mustRender(t, torchDispatch("d1", tj, tyt.TorchRuntimeSpec(1), 2).Obj())
+	tj := tytesting.MakeTrainJob("train", "team-a").NumNodes(2).GPUsPerNode(4).Obj()
+	want := mustRender(t, torchDispatch("d1", tj, tytesting.TorchRuntimeSpec(1), 2).Obj())
 	errs := make(chan error, 8)
 	for range 8 {
 		go func() {
-			js, err := Render(torchDispatch("d1", tj, tyt.TorchRuntimeSpec(1), 2).Obj(), RenderOptions{Namespace: testNS})
+			js, err := Render(torchDispatch("d1", tj, tytesting.TorchRuntimeSpec(1), 2).Obj(), RenderOptions{Namespace: testNS})
 			if err == nil && !cmp.Equal(want, js) {
 				err = fmt.Errorf("concurrent render differs:\n%s", cmp.Diff(want, js))
 			}

@@ -17,15 +17,6 @@ import (
 	"github.com/trainyard-dev/trainyard/backends/kubework"
 )
 
-// Reasons Observe reports when the JobSet's own condition gives none.
-const (
-	ReasonCreated   = "JobSetCreated"
-	ReasonRunning   = "PodsRunning"
-	ReasonCompleted = "Completed"
-	ReasonFailed    = "Failed"
-	ReasonDeleted   = "JobSetDeleted"
-)
-
 // ownedJobSet gets d's JobSet (see kubework.GetOwned).
 func (b *Backend) ownedJobSet(ctx context.Context, d *v1alpha1.Dispatch) (*jobsetv1alpha2.JobSet, error) {
 	js := &jobsetv1alpha2.JobSet{}
@@ -62,25 +53,25 @@ func jobSetStatus(js *jobsetv1alpha2.JobSet, pods []corev1.Pod, now time.Time) *
 	cond := finishedCondition(js)
 	switch {
 	case cond != nil && cond.Type == string(jobsetv1alpha2.JobSetCompleted):
-		st.Phase, st.Reason, st.Message = v1alpha1.DispatchSucceeded, reasonOr(cond, ReasonCompleted), cond.Message
+		st.Phase, st.Reason, st.Message = v1alpha1.DispatchSucceeded, reasonOr(cond, v1alpha1.ReasonJobSetCompleted), cond.Message
 		st.CompletionTime = ptrTime(cond.LastTransitionTime)
 		st.StartTime = kubework.EarliestStart(pods)
 	case cond != nil:
-		st.Phase, st.Reason, st.Message = v1alpha1.DispatchFailed, reasonOr(cond, ReasonFailed), cond.Message
+		st.Phase, st.Reason, st.Message = v1alpha1.DispatchFailed, reasonOr(cond, v1alpha1.ReasonJobSetFailed), cond.Message
 		st.CompletionTime = ptrTime(cond.LastTransitionTime)
 		st.StartTime = kubework.EarliestStart(pods)
 		st.ExitCode = failedExitCode(pods)
 	case js.DeletionTimestamp != nil:
 		// Deleted before it finished: by our Cancel, or by someone on the spoke.
-		st.Phase, st.Reason = v1alpha1.DispatchCancelled, ReasonDeleted
+		st.Phase, st.Reason = v1alpha1.DispatchCancelled, v1alpha1.ReasonJobSetDeleted
 		st.Message = "the JobSet is being deleted"
 	case allReady(js):
-		st.Phase, st.Reason = v1alpha1.DispatchRunning, ReasonRunning
+		st.Phase, st.Reason = v1alpha1.DispatchRunning, v1alpha1.ReasonPodsRunning
 		if st.StartTime = kubework.EarliestStart(pods); st.StartTime == nil {
 			st.StartTime = &metav1.Time{Time: now}
 		}
 	default:
-		st.Phase, st.Reason = v1alpha1.DispatchSubmitted, ReasonCreated
+		st.Phase, st.Reason = v1alpha1.DispatchSubmitted, v1alpha1.ReasonJobSetCreated
 	}
 	return st
 }

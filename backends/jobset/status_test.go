@@ -60,33 +60,33 @@ func TestJobSetStatus(t *testing.T) {
 	}{
 		"just created": {
 			js:   jobSetWith(nil),
-			want: backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated},
+			want: backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: v1alpha1.ReasonJobSetCreated},
 		},
 		"jobs exist, no pod active yet": {
 			js: jobSetWith(nil, jobsetv1alpha2.ReplicatedJobStatus{Name: "node"}),
-			want: backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated,
+			want: backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: v1alpha1.ReasonJobSetCreated,
 				Replicas: []v1alpha1.ReplicaStatus{{Name: "node"}}},
 		},
 		"active but pods not all running is only submitted": {
 			js: jobSetWith(nil, active, jobsetv1alpha2.ReplicatedJobStatus{Name: "launcher", Ready: 1, Active: 1}),
-			want: backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated,
+			want: backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: v1alpha1.ReasonJobSetCreated,
 				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1}, {Name: "launcher", Active: 1, Ready: 1}}},
 		},
 		"running, start from the earliest pod": {
 			js:   jobSetWith(nil, running, jobsetv1alpha2.ReplicatedJobStatus{Name: "launcher", Ready: 1, Active: 1}),
 			pods: []corev1.Pod{pod(5, 0), pod(2, 0), {}},
-			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: ReasonRunning, StartTime: atPtr(2),
+			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: v1alpha1.ReasonPodsRunning, StartTime: atPtr(2),
 				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1, Ready: 1}, {Name: "launcher", Active: 1, Ready: 1}}},
 		},
 		"running, no pod reports a start": {
 			js: jobSetWith(nil, jobsetv1alpha2.ReplicatedJobStatus{Name: "node", Ready: 1}),
-			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: ReasonRunning, StartTime: &metav1.Time{Time: now},
+			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: v1alpha1.ReasonPodsRunning, StartTime: &metav1.Time{Time: now},
 				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Ready: 1}}},
 		},
 		"a false Completed condition is not the end": {
 			js:   jobSetWith([]metav1.Condition{cond(jobsetv1alpha2.JobSetCompleted, metav1.ConditionFalse, "", "", 3)}, running),
 			pods: []corev1.Pod{pod(1, 0)},
-			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: ReasonRunning, StartTime: atPtr(1),
+			want: backends.Status{Phase: v1alpha1.DispatchRunning, Reason: v1alpha1.ReasonPodsRunning, StartTime: atPtr(1),
 				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1, Ready: 1}}},
 		},
 		"completed": {
@@ -104,11 +104,11 @@ func TestJobSetStatus(t *testing.T) {
 		},
 		"failed, pods already gone": {
 			js:   jobSetWith([]metav1.Condition{cond(jobsetv1alpha2.JobSetFailed, metav1.ConditionTrue, "", "", 9)}),
-			want: backends.Status{Phase: v1alpha1.DispatchFailed, Reason: ReasonFailed, CompletionTime: atPtr(9)},
+			want: backends.Status{Phase: v1alpha1.DispatchFailed, Reason: v1alpha1.ReasonJobSetFailed, CompletionTime: atPtr(9)},
 		},
 		"deleted before finishing": {
 			js: deleting,
-			want: backends.Status{Phase: v1alpha1.DispatchCancelled, Reason: ReasonDeleted, Message: "the JobSet is being deleted",
+			want: backends.Status{Phase: v1alpha1.DispatchCancelled, Reason: v1alpha1.ReasonJobSetDeleted, Message: "the JobSet is being deleted",
 				Replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 1}}},
 		},
 	}
@@ -154,22 +154,22 @@ func TestJobSetStatusWithInitializers(t *testing.T) {
 		"initializers running, nodes not made yet": {
 			status: rjs(running, running, none),
 			pods:   []corev1.Pod{pod(1, 0), pod(2, 0)},
-			want:   backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated},
+			want:   backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: v1alpha1.ReasonJobSetCreated},
 		},
 		"one initializer done, the other running": {
 			status: rjs(done, running, none),
 			pods:   []corev1.Pod{pod(1, 3, 0), pod(2, 0)},
-			want:   backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated},
+			want:   backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: v1alpha1.ReasonJobSetCreated},
 		},
 		"initializers done, nodes running": {
 			status: rjs(done, done, running),
 			pods:   []corev1.Pod{pod(1, 3, 0), pod(2, 4, 0), pod(5, 0)},
-			want:   backends.Status{Phase: v1alpha1.DispatchRunning, Reason: ReasonRunning, StartTime: atPtr(1)},
+			want:   backends.Status{Phase: v1alpha1.DispatchRunning, Reason: v1alpha1.ReasonPodsRunning, StartTime: atPtr(1)},
 		},
 		"initializers done, no node active yet": {
 			status: rjs(done, done, none),
 			pods:   []corev1.Pod{pod(1, 3, 0), pod(2, 4, 0)},
-			want:   backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: ReasonCreated},
+			want:   backends.Status{Phase: v1alpha1.DispatchSubmitted, Reason: v1alpha1.ReasonJobSetCreated},
 		},
 		"nodes completed": {
 			status: rjs(done, done, done),

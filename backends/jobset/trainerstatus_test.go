@@ -8,20 +8,20 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestTrainerStatusOnlyOnTheTrainerStep: of a JobSet with an initializer
 // step, only the trainer step's pods get Trainer's status variables and
 // token volume, for the hub TrainJob, as Trainer's plugin does.
 func TestTrainerStatusOnlyOnTheTrainerStep(t *testing.T) {
-	rt, err := tyt.ShippedRuntime(tyt.TrainerTorchtuneLlama1B)
+	rt, err := tytesting.ShippedRuntime(tytesting.TrainerTorchtuneLlama1B)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tj := tyt.MakeTrainJob("tune", "team-a").RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt.Name).Obj()
+	tj := tytesting.MakeTrainJob("tune", "team-a").RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt.Name).Obj()
 	tj.Spec.Initializer = &trainer.Initializer{Dataset: &trainer.DatasetInitializer{StorageUri: ptr.To("hf://team-a/data")}}
-	d := shippedDispatch(t, tyt.TrainerTorchtuneLlama1B, tj, v1alpha1.PodSetPlacement{Name: "dataset-initializer", Count: 1},
+	d := shippedDispatch(t, tytesting.TrainerTorchtuneLlama1B, tj, v1alpha1.PodSetPlacement{Name: "dataset-initializer", Count: 1},
 		v1alpha1.PodSetPlacement{Name: "model-initializer", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: 1})
 	js := mustRender(t, d)
 	withTrainerStatus(js, kubework.StatusEndpoint{BaseURL: "https://agent.trainyard.svc:9443", CAConfigMap: "trainyard-status-ca"}, d)

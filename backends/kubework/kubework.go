@@ -127,8 +127,8 @@ func RemoteWorkOf(obj metav1.Object, kind string) backends.RemoteWork {
 	attempt, _ := strconv.ParseInt(l[backends.LabelAttempt], 10, 32)
 	return backends.RemoteWork{
 		Ref:               v1alpha1.RemoteRef{Kind: kind, Namespace: obj.GetNamespace(), Name: obj.GetName()},
-		DispatchNamespace: l[backends.LabelDispatchNamespace],
-		DispatchName:      l[backends.LabelDispatchName],
+		DispatchNamespace: l[v1alpha1.LabelDispatchNamespace],
+		DispatchName:      l[v1alpha1.LabelDispatchName],
 		Attempt:           int32(attempt),
 	}
 }

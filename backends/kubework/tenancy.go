@@ -30,8 +30,6 @@ import (
 const (
 	// DefaultNamespacePrefix is the Target API's default spec.kubernetes.namespace.
 	DefaultNamespacePrefix = "trainyard-jobs"
-	// LabelTenant on a spoke namespace names the hub namespace it serves.
-	LabelTenant = "trainyard.dev/tenant"
 	// PolicyDefaultDeny and PolicyAllowDNS are the NetworkPolicies of every
 	// tenant namespace.
 	PolicyDefaultDeny = "trainyard-default-deny"
@@ -103,7 +101,7 @@ func PodSecurityLabel(l v1alpha1.PodSecurityLevel) string {
 // restricted, so an administrator sees what a stricter level would refuse).
 func TenantNamespaceObject(name, tenant string, level v1alpha1.PodSecurityLevel) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		LabelTenant:               v1alpha1.LabelValue(tenant),
+		v1alpha1.LabelTenant:      v1alpha1.LabelValue(tenant),
 		backends.LabelManagedBy:   backends.ManagedByValue,
 		podSecurityEnforce:        PodSecurityLabel(level),
 		podSecurityEnforceVersion: "latest",
@@ -281,7 +279,7 @@ func (n *Namespaces) ensure(ctx context.Context, c client.Client, ns, tenant str
 		}
 	case err != nil:
 		return fmt.Errorf("get namespace %s: %w", ns, err)
-	case have.Labels[podSecurityEnforce] != want.Labels[podSecurityEnforce] || have.Labels[LabelTenant] != want.Labels[LabelTenant]:
+	case have.Labels[podSecurityEnforce] != want.Labels[podSecurityEnforce] || have.Labels[v1alpha1.LabelTenant] != want.Labels[v1alpha1.LabelTenant]:
 		patch := client.MergeFrom(have.DeepCopy())
 		if have.Labels == nil {
 			have.Labels = map[string]string{}

@@ -230,7 +230,7 @@ func (b *Backend) ListRemote(ctx context.Context) ([]backends.RemoteWork, error)
 	return kubework.ListRemote(ctx, b.c, &lwsv1.LeaderWorkerSetList{}, b.opts.Namespace, Kind, hasEnded)
 }
 
-// hasEnded: Observe recorded the job's end (AnnotationFinished) and scaled
+// hasEnded: Observe recorded the job's end (v1alpha1.AnnotationLeaderWorkerSetFinished) and scaled
 // the set to zero in the same patch; its pods end within their grace,
 // which StopWithin bounds. A set whose end Observe has not seen yet cannot
 // be judged from the object (a LeaderWorkerSet has no notion of done: only
@@ -241,7 +241,7 @@ func hasEnded(o client.Object) bool {
 	if !ok {
 		return false
 	}
-	_, recorded := lws.Annotations[AnnotationFinished]
+	_, recorded := lws.Annotations[v1alpha1.AnnotationLeaderWorkerSetFinished]
 	return recorded && lws.Spec.Replicas != nil && *lws.Spec.Replicas == 0
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/trainyard-dev/trainyard/backends/backendtest"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func newFakeClient(objs ...client.Object) client.WithWatch {
@@ -42,7 +42,7 @@ func lwsPod(ns, set, name string) *corev1.Pod {
 // name is left, leader or worker; another set's pods do not hold it.
 func TestCancelReportsGoneOnlyWhenPodsAreGone(t *testing.T) {
 	ctx, c := context.Background(), newFakeClient()
-	d := torchDispatch(2, tyt.TorchRuntimeSpec(1)).Obj()
+	d := torchDispatch(2, tytesting.TorchRuntimeSpec(1)).Obj()
 	b := New(c, Options{Namespace: testNS})
 	ref, err := b.Submit(ctx, d)
 	if err != nil {
@@ -70,7 +70,7 @@ func TestCancelReportsGoneOnlyWhenPodsAreGone(t *testing.T) {
 // fence keeps, once Observe recorded its end and scaled it to zero; a set
 // scaled to zero without the record, or scaled up again after it, is not.
 func TestListRemoteFinished(t *testing.T) {
-	record := map[string]string{AnnotationFinished: `{"phase":"Succeeded","reason":"LeaderSucceeded","at":null}`}
+	record := map[string]string{v1alpha1.AnnotationLeaderWorkerSetFinished: `{"phase":"Succeeded","reason":"LeaderSucceeded","at":null}`}
 	cases := map[string]struct {
 		annotations map[string]string
 		replicas    int32
@@ -83,7 +83,7 @@ func TestListRemoteFinished(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d := torchDispatch(2, tyt.TorchRuntimeSpec(1)).Obj()
+			d := torchDispatch(2, tytesting.TorchRuntimeSpec(1)).Obj()
 			r, err := Render(d, jobset.RenderOptions{Namespace: kubework.NamespaceOf(testNS, d)})
 			if err != nil {
 				t.Fatal(err)

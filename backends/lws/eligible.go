@@ -9,7 +9,6 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/constants"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
-	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
 )
 
@@ -30,20 +29,11 @@ var (
 	ErrInitializers = errors.New("initializer jobs are not supported by the LeaderWorkerSet backend: a LeaderWorkerSet starts all its pods together and cannot run a step to completion before the trainer; use a JobSet target")
 )
 
-// Eligible reports whether the LeaderWorkerSet backend could ever run a
-// TrainJob of spec tj on the runtime spec: nil when it can, else an error
-// wrapping backends.ErrRejected whose text is the reason. It needs no
-// client and changes neither argument; Render runs the same checks.
-func Eligible(spec *trainerapi.TrainingRuntimeSpec, tj *trainerapi.TrainJobSpec) error {
-	if err := CheckRuntime(spec, tj); err != nil {
-		return fmt.Errorf("%w: %w", backends.ErrRejected, err)
-	}
-	return nil
-}
-
-// CheckRuntime is Eligible's reason without the ErrRejected wrapping: the
-// JobSet backend's checks (this backend renders through it) and then what
-// a LeaderWorkerSet cannot hold.
+// CheckRuntime says why the LeaderWorkerSet backend could never run a
+// TrainJob of spec tj on the runtime spec (nil when it can): the JobSet
+// backend's checks (this backend renders through it) and then what a
+// LeaderWorkerSet cannot hold. It needs no client and changes neither
+// argument; Render runs it and wraps its reason in backends.ErrRejected.
 func CheckRuntime(spec *trainerapi.TrainingRuntimeSpec, tj *trainerapi.TrainJobSpec) error {
 	if err := jobset.CheckRuntime(spec, tj); err != nil {
 		return err

@@ -47,7 +47,7 @@ const completionIndexField = "metadata.annotations['" + batchv1.JobCompletionInd
 
 // Render turns d into the LeaderWorkerSet that runs it in opts.Namespace,
 // under the Target's opts.Policy. Runtimes that do not map onto one leader
-// and its workers (CheckRuntime, which Eligible runs on the hub) are
+// and its workers (CheckRuntime; the hub's eligibility check renders too) are
 // refused with an error wrapping backends.ErrRejected. The job's
 // NetworkPolicy selects its pods by the set's name label.
 func Render(d *v1alpha1.Dispatch, opts jobset.RenderOptions) (*Rendered, error) {

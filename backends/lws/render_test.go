@@ -15,22 +15,22 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 const testNS = "trainyard-jobs"
 
 var ctr = v1alpha1.RuntimeKindClusterTrainingRuntime
 
-func torchDispatch(numNodes int32, rt trainer.TrainingRuntimeSpec) *tyt.DispatchWrapper {
-	tj := tyt.MakeTrainJob("train", "team-a").NumNodes(numNodes).GPUsPerNode(4).Obj()
-	return tyt.MakeDispatch("d1", "trainyard-spoke1", "spoke1").
+func torchDispatch(numNodes int32, rt trainer.TrainingRuntimeSpec) *tytesting.DispatchWrapper {
+	tj := tytesting.MakeTrainJob("train", "team-a").NumNodes(numNodes).GPUsPerNode(4).Obj()
+	return tytesting.MakeDispatch("d1", "trainyard-spoke1", "spoke1").
 		SnapshotTrainJob(tj).SnapshotRuntime(ctr, "torch", rt).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: numNodes})
 }
 
 func TestRenderTorch(t *testing.T) {
-	d := torchDispatch(3, tyt.TorchRuntimeSpec(1)).Obj()
+	d := torchDispatch(3, tytesting.TorchRuntimeSpec(1)).Obj()
 	d.Spec.PodSets[0].Topology = &v1alpha1.TopologyAssignment{Levels: []string{"rack"}, Domains: []v1alpha1.TopologyDomainAssignment{{Values: []string{"r1"}, Count: 3}}}
 	r, err := Render(d, jobset.RenderOptions{Namespace: testNS})
 	if err != nil {
@@ -64,7 +64,7 @@ func TestRenderTorch(t *testing.T) {
 		t.Errorf("PET_NNODES = %q, want 3", env["PET_NNODES"].Value)
 	}
 	for _, o := range []map[string]string{lws.Labels, tmpl.WorkerTemplate.Labels} {
-		if o[backends.LabelDispatchName] != d.Name || o[backends.LabelWorkloadUID] != string(d.Spec.Workload.UID) {
+		if o[v1alpha1.LabelDispatchName] != d.Name || o[backends.LabelWorkloadUID] != string(d.Spec.Workload.UID) {
 			t.Errorf("labels %v lack the Dispatch's", o)
 		}
 	}
@@ -86,7 +86,7 @@ func TestRenderMPI(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d := tyt.MPIDispatch(tc.numNodes, 2, tc.launcherAsNode).Obj()
+			d := tytesting.MPIDispatch(tc.numNodes, 2, tc.launcherAsNode).Obj()
 			r, err := Render(d, jobset.RenderOptions{Namespace: testNS})
 			if err != nil {
 				t.Fatalf("Render: %v", err)
@@ -123,7 +123,7 @@ func TestRenderMPI(t *testing.T) {
 // Render, for the same reason Eligible gives the hub.
 func TestRenderRejects(t *testing.T) {
 	shipped := func(path string, podSets ...v1alpha1.PodSetPlacement) *v1alpha1.Dispatch {
-		d, err := tyt.ShippedDispatch(path, nil, podSets...)
+		d, err := tytesting.ShippedDispatch(path, nil, podSets...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,9 +135,9 @@ func TestRenderRejects(t *testing.T) {
 		d    *v1alpha1.Dispatch
 		want error
 	}{
-		"Flux, shipped":             {d: shipped(tyt.TrainerFluxRuntime, node), want: ErrFlux},
-		"torchtune, shipped":        {d: shipped(tyt.TrainerTorchtuneLlama1B, dataset, v1alpha1.PodSetPlacement{Name: "model-initializer", Count: 1}, node), want: ErrVolumeClaimPolicies},
-		"torch with cache, shipped": {d: shipped(tyt.TrainerTorchWithCache, dataset, node), want: ErrInitializers},
+		"Flux, shipped":             {d: shipped(tytesting.TrainerFluxRuntime, node), want: ErrFlux},
+		"torchtune, shipped":        {d: shipped(tytesting.TrainerTorchtuneLlama1B, dataset, v1alpha1.PodSetPlacement{Name: "model-initializer", Count: 1}, node), want: ErrVolumeClaimPolicies},
+		"torch with cache, shipped": {d: shipped(tytesting.TrainerTorchWithCache, dataset, node), want: ErrInitializers},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

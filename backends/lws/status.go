@@ -19,21 +19,8 @@ import (
 	"github.com/trainyard-dev/trainyard/backends/kubework"
 )
 
-// AnnotationFinished records on a LeaderWorkerSet how its job ended (JSON
-// of finished). A LeaderWorkerSet has no notion of done: its pods restart
-// their containers, so the first exit seen is written down here and the set
-// is scaled to zero, which frees its GPUs and keeps the record.
-const AnnotationFinished = "trainyard.dev/finished"
-
-// Reasons of the backend's statuses.
-const (
-	ReasonCreated         = "LeaderWorkerSetCreated"
-	ReasonRunning         = "AllPodsReady"
-	ReasonLeaderSucceeded = "LeaderSucceeded"
-	ReasonContainerFailed = "ContainerFailed"
-	ReasonDeleted         = "LeaderWorkerSetDeleted"
-)
-
+// finished is how a LeaderWorkerSet's job ended, as JSON in its
+// v1alpha1.AnnotationLeaderWorkerSetFinished annotation.
 type finished struct {
 	Phase    v1alpha1.DispatchPhase `json:"phase"`
 	Reason   string                 `json:"reason"`
@@ -50,10 +37,10 @@ func (b *Backend) Observe(ctx context.Context, d *v1alpha1.Dispatch) (*backends.
 	if err != nil {
 		return nil, err
 	}
-	if raw, ok := lws.Annotations[AnnotationFinished]; ok {
+	if raw, ok := lws.Annotations[v1alpha1.AnnotationLeaderWorkerSetFinished]; ok {
 		var f finished
 		if err := json.Unmarshal([]byte(raw), &f); err != nil {
-			return nil, fmt.Errorf("leaderworkerset %s/%s: annotation %s: %w", lws.Namespace, lws.Name, AnnotationFinished, err)
+			return nil, fmt.Errorf("leaderworkerset %s/%s: annotation %s: %w", lws.Namespace, lws.Name, v1alpha1.AnnotationLeaderWorkerSetFinished, err)
 		}
 		return &backends.Status{Phase: f.Phase, Reason: f.Reason, Message: f.Message, ExitCode: f.ExitCode,
 			StartTime: f.Start, CompletionTime: &f.At}, nil
@@ -84,7 +71,7 @@ func (b *Backend) finish(ctx context.Context, lws *lwsv1.LeaderWorkerSet, st *ba
 	if lws.Annotations == nil {
 		lws.Annotations = map[string]string{}
 	}
-	lws.Annotations[AnnotationFinished] = string(raw)
+	lws.Annotations[v1alpha1.AnnotationLeaderWorkerSetFinished] = string(raw)
 	zero := int32(0)
 	lws.Spec.Replicas = &zero
 	if err := b.c.Patch(ctx, lws, patch); err != nil {
@@ -128,20 +115,20 @@ func groupStatus(lws *lwsv1.LeaderWorkerSet, pods []corev1.Pod, now metav1.Time)
 	st.Replicas = []v1alpha1.ReplicaStatus{{Name: lws.Name, Active: running, Ready: ready}}
 	switch {
 	case st.ExitCode != nil:
-		st.Phase, st.Reason, st.CompletionTime = v1alpha1.DispatchFailed, ReasonContainerFailed, &now
+		st.Phase, st.Reason, st.CompletionTime = v1alpha1.DispatchFailed, v1alpha1.ReasonContainerFailed, &now
 	case leaderExit != nil:
-		st.Phase, st.Reason, st.CompletionTime = v1alpha1.DispatchSucceeded, ReasonLeaderSucceeded, &now
+		st.Phase, st.Reason, st.CompletionTime = v1alpha1.DispatchSucceeded, v1alpha1.ReasonLeaderSucceeded, &now
 		st.Message = "the leader's trainer container exited with code 0"
 	case lws.DeletionTimestamp != nil:
-		st.Phase, st.Reason, st.Message = v1alpha1.DispatchCancelled, ReasonDeleted, "the LeaderWorkerSet is being deleted"
+		st.Phase, st.Reason, st.Message = v1alpha1.DispatchCancelled, v1alpha1.ReasonLeaderWorkerSetDeleted, "the LeaderWorkerSet is being deleted"
 		st.CompletionTime = &now
 	case ready >= size:
-		st.Phase, st.Reason = v1alpha1.DispatchRunning, ReasonRunning
+		st.Phase, st.Reason = v1alpha1.DispatchRunning, v1alpha1.ReasonAllPodsReady
 		if st.StartTime == nil {
 			st.StartTime = &now
 		}
 	default:
-		st.Phase, st.Reason, st.StartTime = v1alpha1.DispatchSubmitted, ReasonCreated, nil
+		st.Phase, st.Reason, st.StartTime = v1alpha1.DispatchSubmitted, v1alpha1.ReasonLeaderWorkerSetCreated, nil
 	}
 	return st
 }

@@ -12,7 +12,7 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tytest "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // Stand-ins for what a container site has on its nodes. Each records its
@@ -61,7 +61,7 @@ var taskArg = strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(containerTask
 // for, each tenant value one argument, and nothing ran.
 func TestContainerLaunchersArgv(t *testing.T) {
 	bash := requireBash(t)
-	mpi := tytest.TorchRuntimeSpec(2)
+	mpi := tytesting.TorchRuntimeSpec(2)
 	mpi.MLPolicy.MLPolicySource = trainer.MLPolicySource{MPI: &trainer.MPIMLPolicySource{}}
 	for _, tc := range []struct {
 		rt       v1alpha1.ContainerRuntime
@@ -89,7 +89,7 @@ func TestContainerLaunchersArgv(t *testing.T) {
 			argv := append([]string{"trainprog"}, hostileArgs(marker)...)
 			c := caseSpec{tj: imageJob("registry.example/img:1", argv...)}
 			c.tj.Spec.Trainer.NumNodes = nil
-			c.rt = tytest.TorchRuntimeSpec(2)
+			c.rt = tytesting.TorchRuntimeSpec(2)
 			if tc.mpi {
 				c.rt = mpi
 			}

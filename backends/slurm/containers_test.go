@@ -10,7 +10,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
-	tytest "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // hostileImages would run code, read as options or climb paths if an image
@@ -50,7 +50,7 @@ func containerTarget(rt v1alpha1.ContainerRuntime) *v1alpha1.Target {
 }
 
 func imageJob(image string, argv ...string) *trainer.TrainJob {
-	tj := tytest.MakeTrainJob("train", "team-a").Command(argv[:1], argv[1:]...).Obj()
+	tj := tytesting.MakeTrainJob("train", "team-a").Command(argv[:1], argv[1:]...).Obj()
 	tj.Spec.Trainer.Image = ptr.To(image)
 	return tj
 }
@@ -91,7 +91,7 @@ func TestRenderContainers(t *testing.T) {
 		})
 	}
 	// The runtime's node container image is used when the job names none.
-	j, err := Render(dispatch(caseSpec{tj: tytest.MakeTrainJob("train", "team-a").Command([]string{"python3"}).Obj()}), containerTarget(v1alpha1.ContainerRuntimeApptainer))
+	j, err := Render(dispatch(caseSpec{tj: tytesting.MakeTrainJob("train", "team-a").Command([]string{"python3"}).Obj()}), containerTarget(v1alpha1.ContainerRuntimeApptainer))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,9 +108,9 @@ func twoNodes(tj *trainer.TrainJob) *trainer.TrainJob {
 // TestRenderContainerRefusals: what a container runtime cannot run, and
 // every hostile image, is refused with the reason.
 func TestRenderContainerRefusals(t *testing.T) {
-	mpi := tytest.TorchRuntimeSpec(1)
+	mpi := tytesting.TorchRuntimeSpec(1)
 	mpi.MLPolicy.MLPolicySource = trainer.MLPolicySource{MPI: &trainer.MPIMLPolicySource{}}
-	flux := tytest.TorchRuntimeSpec(1)
+	flux := tytesting.TorchRuntimeSpec(1)
 	flux.MLPolicy.MLPolicySource = trainer.MLPolicySource{Flux: &trainer.FluxMLPolicySource{}}
 	ok := "registry.example/img:1"
 	badMount := containerTarget(v1alpha1.ContainerRuntimePyxis)

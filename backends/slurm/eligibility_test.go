@@ -9,29 +9,29 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
-	tytest "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestRenderRefusesWhatSlurmCannotRun: what a cluster does not offer and
 // what a batch script has no counterpart for are refusals, with the reason.
 func TestRenderRefusesWhatSlurmCannotRun(t *testing.T) {
-	flux := tytest.TorchRuntimeSpec(1)
+	flux := tytesting.TorchRuntimeSpec(1)
 	flux.MLPolicy.MLPolicySource = trainer.MLPolicySource{Flux: &trainer.FluxMLPolicySource{}}
-	withInit := tytest.TorchRuntimeSpec(1)
+	withInit := tytesting.TorchRuntimeSpec(1)
 	initJob := withInit.Template.Spec.ReplicatedJobs[0]
 	initJob.Name = "dataset-initializer"
 	initJob.Template.Labels = map[string]string{"trainer.kubeflow.org/trainjob-ancestor-step": "dataset-initializer"}
 	withInit.Template.Spec.ReplicatedJobs = append([]jobsetv1alpha2.ReplicatedJob{initJob}, withInit.Template.Spec.ReplicatedJobs...)
-	withClaims := tytest.TorchRuntimeSpec(1)
+	withClaims := tytesting.TorchRuntimeSpec(1)
 	withClaims.Template.Spec.VolumeClaimPolicies = []jobsetv1alpha2.VolumeClaimPolicy{{}}
-	noCommand := tytest.TorchRuntimeSpec(1)
+	noCommand := tytesting.TorchRuntimeSpec(1)
 	for i := range noCommand.Template.Spec.ReplicatedJobs {
 		for j := range noCommand.Template.Spec.ReplicatedJobs[i].Template.Spec.Template.Spec.Containers {
 			c := &noCommand.Template.Spec.ReplicatedJobs[i].Template.Spec.Template.Spec.Containers[j]
 			c.Command, c.Args = nil, nil
 		}
 	}
-	cmd := tytest.MakeTrainJob("train", "team-a").Command([]string{"python3"}, "train.py").Obj()
+	cmd := tytesting.MakeTrainJob("train", "team-a").Command([]string{"python3"}, "train.py").Obj()
 
 	cases := map[string]struct {
 		target *v1alpha1.Target
@@ -39,7 +39,7 @@ func TestRenderRefusesWhatSlurmCannotRun(t *testing.T) {
 		want   string
 	}{
 		"Flux where the cluster lists no launchers": {
-			target: tytest.MakeSlurmTarget("hpc", "a100", "gpu").SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "a"}).Obj(),
+			target: tytesting.MakeSlurmTarget("hpc", "a100", "gpu").SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "a"}).Obj(),
 			c:      caseSpec{tj: cmd, rt: flux}, want: "the Flux launcher is not offered by this cluster",
 		},
 		"Flux where the cluster lists others": {
@@ -56,21 +56,21 @@ func TestRenderRefusesWhatSlurmCannotRun(t *testing.T) {
 		// Issue 26: a converted PyTorchJob's image was dropped on a host
 		// that had none of what the image holds.
 		"a trainer image the host does not stand for": {
-			target: target().Obj(), c: caseSpec{tj: imageJob("docker.io/kubeflowkatib/pytorch-mnist:v1", "python3", "mnist.py"), rt: tytest.TorchRuntimeSpec(1)},
+			target: target().Obj(), c: caseSpec{tj: imageJob("docker.io/kubeflowkatib/pytorch-mnist:v1", "python3", "mnist.py"), rt: tytesting.TorchRuntimeSpec(1)},
 			want: `image "docker.io/kubeflowkatib/pytorch-mnist:v1" cannot run here: this target runs commands on its nodes' host, with no container runtime, and its host environment stands only for docker.io/pytorch/pytorch:*, mpioperator/* (spec.images.hostEnvironment)`,
 		},
 		"the runtime's image where the host stands for none": {
-			target: tytest.MakeSlurmTarget("hpc", "a100", "gpu").SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "a"}).Obj(),
-			c:      caseSpec{tj: cmd, rt: tytest.TorchRuntimeSpec(1)},
+			target: tytesting.MakeSlurmTarget("hpc", "a100", "gpu").SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "a"}).Obj(),
+			c:      caseSpec{tj: cmd, rt: tytesting.TorchRuntimeSpec(1)},
 			want:   `image "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime" cannot run here: this target runs commands on its nodes' host, with no container runtime, and lists no images`,
 		},
 		"an image a container runtime is not allowed": {
 			target: withRuntime(target().AllowedImages("registry.example.org/*"), v1alpha1.ContainerRuntimePyxis),
-			c:      caseSpec{tj: imageJob("nvcr.io/nvidia/pytorch:25.01-py3", "python3"), rt: tytest.TorchRuntimeSpec(1)},
+			c:      caseSpec{tj: imageJob("nvcr.io/nvidia/pytorch:25.01-py3", "python3"), rt: tytesting.TorchRuntimeSpec(1)},
 			want:   `image "nvcr.io/nvidia/pytorch:25.01-py3" is not one this target runs (spec.images.allowed: registry.example.org/*)`,
 		},
 		"no command in the job or the runtime": {
-			target: target().Obj(), c: caseSpec{tj: tytest.MakeTrainJob("train", "team-a").Obj(), rt: noCommand},
+			target: target().Obj(), c: caseSpec{tj: tytesting.MakeTrainJob("train", "team-a").Obj(), rt: noCommand},
 			want: "no command",
 		},
 	}
@@ -102,7 +102,7 @@ func TestRenderRunsTheImagesTheTargetRuns(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := Render(dispatch(caseSpec{tj: imageJob(tc.image, "python3"), rt: tytest.TorchRuntimeSpec(1)}), tc.target); err != nil {
+			if _, err := Render(dispatch(caseSpec{tj: imageJob(tc.image, "python3"), rt: tytesting.TorchRuntimeSpec(1)}), tc.target); err != nil {
 				t.Errorf("Render = %v, want the job", err)
 			}
 		})
@@ -111,7 +111,7 @@ func TestRenderRunsTheImagesTheTargetRuns(t *testing.T) {
 
 // withRuntime is w's target with container runtime rt and its host
 // environment, which only a bare-node cluster has, removed.
-func withRuntime(w *tytest.TargetWrapper, rt v1alpha1.ContainerRuntime) *v1alpha1.Target {
+func withRuntime(w *tytesting.TargetWrapper, rt v1alpha1.ContainerRuntime) *v1alpha1.Target {
 	tg := w.Obj()
 	tg.Spec.Slurm.ContainerRuntime = rt
 	if tg.Spec.Images != nil {

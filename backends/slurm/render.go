@@ -5,7 +5,6 @@ package slurm
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -94,29 +93,29 @@ func ParseComment(c string) (target string, w backends.RemoteWork, ok bool) {
 // fix wrap backends.ErrRejected.
 func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 	if t == nil || t.Spec.Slurm == nil {
-		return nil, rejected(d, errors.New("target has no slurm configuration"))
+		return nil, backends.Rejected(d, errors.New("target has no slurm configuration"))
 	}
 	st := t.Spec.Slurm
 	tjSpec := &trainer.TrainJobSpec{}
-	if err := decodeObject(d.Spec.TrainJob.Spec.Raw, tjSpec); err != nil {
-		return nil, rejected(d, fmt.Errorf("decode trainJob spec: %w", err))
+	if err := backends.DecodeObject(d.Spec.TrainJob.Spec.Raw, tjSpec); err != nil {
+		return nil, backends.Rejected(d, fmt.Errorf("decode trainJob spec: %w", err))
 	}
 	rtSpec := &trainer.TrainingRuntimeSpec{}
-	if err := decodeObject(d.Spec.Runtime.Spec.Raw, rtSpec); err != nil {
-		return nil, rejected(d, fmt.Errorf("decode runtime %q: %w", d.Spec.Runtime.Name, err))
+	if err := backends.DecodeObject(d.Spec.Runtime.Spec.Raw, rtSpec); err != nil {
+		return nil, backends.Rejected(d, fmt.Errorf("decode runtime %q: %w", d.Spec.Runtime.Name, err))
 	}
 	// What the runtime asks for comes first: no partition or account
 	// could make up for it.
 	if err := supportedOnSlurm(rtSpec); err != nil {
-		return nil, rejected(d, fmt.Errorf("runtime %q: %w", d.Spec.Runtime.Name, err))
+		return nil, backends.Rejected(d, fmt.Errorf("runtime %q: %w", d.Spec.Runtime.Name, err))
 	}
 	acct, err := account(st, d.Spec.Workload.Namespace)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	partition, err := partitionFor(st, d.Spec.PodSets)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	tr := tjSpec.Trainer
 	if tr == nil {
@@ -131,25 +130,20 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		nodeCtr = trainerCtr
 	}
 	if trainerCtr == nil {
-		return nil, rejected(d, fmt.Errorf("runtime %q has no node container", d.Spec.Runtime.Name))
+		return nil, backends.Rejected(d, fmt.Errorf("runtime %q has no node container", d.Spec.Runtime.Name))
 	}
 
 	launcher := launcherFor(rtSpec.MLPolicy, st.DefaultLauncher)
 	if !offers(st, launcher) {
-		return nil, rejected(d, fmt.Errorf("the %s launcher is not offered by this cluster (spec.slurm.launchers)", launcher))
+		return nil, backends.Rejected(d, fmt.Errorf("the %s launcher is not offered by this cluster (spec.slurm.launchers)", launcher))
 	}
 	if Script(launcher) == "" {
-		return nil, rejected(d, fmt.Errorf("unknown launcher %q", launcher))
+		return nil, backends.Rejected(d, fmt.Errorf("unknown launcher %q", launcher))
 	}
 
-	nodes := int32(1)
-	if tr.NumNodes != nil {
-		nodes = *tr.NumNodes
-	} else if rtSpec.MLPolicy != nil && rtSpec.MLPolicy.NumNodes != nil {
-		nodes = *rtSpec.MLPolicy.NumNodes
-	}
+	nodes := backends.NumNodes(tjSpec, rtSpec)
 	if nodes < 1 {
-		return nil, rejected(d, fmt.Errorf("numNodes must be at least 1, got %d", nodes))
+		return nil, backends.Rejected(d, fmt.Errorf("numNodes must be at least 1, got %d", nodes))
 	}
 
 	var gpus int64
@@ -170,7 +164,7 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 	}
 	encArgv, err := EncodeArgv(argv)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	// Every task runs the trainer's image, or on a host that stands for
 	// it: an image the target cannot run is refused, never dropped.
@@ -179,12 +173,12 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 		image = *tr.Image
 	}
 	if err := backends.ImageRuleOf(&t.Spec).Check(image); err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 
 	tenantEnv, err := mergeEnv(trainerCtr.Env, tr.Env)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 
 	tasks := int32(1)
@@ -210,17 +204,17 @@ func Render(d *v1alpha1.Dispatch, t *v1alpha1.Target) (*Job, error) {
 	}
 	workDir, err := WorkDir(st, acct.User)
 	if err != nil {
-		return nil, rejected(d, err)
+		return nil, backends.Rejected(d, err)
 	}
 	env = append(env, jobFileEnv(st, workDir)...)
 	script := ScriptFor(st.ContainerRuntime, launcher)
 	if rt := st.ContainerRuntime; t.Spec.RunsContainers() {
 		cenv, err := containerEnv(st, launcher, starter, image, workDir)
 		if err != nil {
-			return nil, rejected(d, err)
+			return nil, backends.Rejected(d, err)
 		}
 		if script == "" {
-			return nil, rejected(d, fmt.Errorf("the %s launcher has no %s container script", launcher, rt))
+			return nil, backends.Rejected(d, fmt.Errorf("the %s launcher has no %s container script", launcher, rt))
 		}
 		env = append(env, cenv...)
 	}
@@ -287,18 +281,6 @@ func assignedNodes(podSets []v1alpha1.PodSetPlacement) []string {
 	}
 	sort.Strings(nodes)
 	return nodes
-}
-
-func rejected(d *v1alpha1.Dispatch, err error) error {
-	return fmt.Errorf("%w: dispatch %s/%s: %w", backends.ErrRejected, d.Namespace, d.Name, err)
-}
-
-func decodeObject(raw []byte, into any) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || raw[0] != '{' {
-		return errors.New("not a JSON object")
-	}
-	return json.Unmarshal(raw, into)
 }
 
 // account is the administrator-set identity of a hub namespace. The tenant

@@ -19,11 +19,11 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
-	tytest "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
-func target() *tytest.TargetWrapper {
-	return tytest.MakeSlurmTarget("hpc", "a100", "gpu").
+func target() *tytesting.TargetWrapper {
+	return tytesting.MakeSlurmTarget("hpc", "a100", "gpu").
 		SlurmPartition("cpu", "batch").
 		SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "svc_a", Account: "proj-a", QOS: "high"}).
 		SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-b", User: "svc_b"}).
@@ -42,15 +42,15 @@ type caseSpec struct {
 
 func dispatch(c caseSpec) *v1alpha1.Dispatch {
 	if c.tj == nil {
-		c.tj = tytest.MakeTrainJob("train", "team-a").Obj()
+		c.tj = tytesting.MakeTrainJob("train", "team-a").Obj()
 	}
 	if c.rt.Template.Spec.ReplicatedJobs == nil {
-		c.rt = tytest.TorchRuntimeSpec(1)
+		c.rt = tytesting.TorchRuntimeSpec(1)
 	}
 	if c.flavors == nil {
 		c.flavors = map[string]string{"nvidia.com/gpu": "a100"}
 	}
-	w := tytest.MakeDispatch("d1", "trainyard-system", "hpc").
+	w := tytesting.MakeDispatch("d1", "trainyard-system", "hpc").
 		SnapshotTrainJob(c.tj).
 		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "rt", c.rt).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 2, Flavors: c.flavors}).
@@ -66,7 +66,7 @@ func nodeCtr(spec *trainer.TrainingRuntimeSpec) *corev1.Container {
 }
 
 func withEnv(env ...corev1.EnvVar) *trainer.TrainJob {
-	tj := tytest.MakeTrainJob("train", "team-a").Obj()
+	tj := tytesting.MakeTrainJob("train", "team-a").Obj()
 	tj.Spec.Trainer = &trainer.Trainer{Env: env}
 	return tj
 }
@@ -81,18 +81,18 @@ func envValue(env []string, name string) (string, bool) {
 }
 
 func TestRender(t *testing.T) {
-	mpiRuntime := tytest.TorchRuntimeSpec(1)
+	mpiRuntime := tytesting.TorchRuntimeSpec(1)
 	mpiRuntime.MLPolicy = &trainer.MLPolicy{NumNodes: ptr.To[int32](3), MLPolicySource: trainer.MLPolicySource{MPI: &trainer.MPIMLPolicySource{NumProcPerNode: ptr.To[int32](8)}}}
 	nodeCtr(&mpiRuntime).Command = []string{"/usr/bin/mpirun", "python", "x.py"}
-	fluxRuntime := tytest.TorchRuntimeSpec(1)
+	fluxRuntime := tytesting.TorchRuntimeSpec(1)
 	fluxRuntime.MLPolicy = &trainer.MLPolicy{MLPolicySource: trainer.MLPolicySource{Flux: &trainer.FluxMLPolicySource{}}}
-	noPolicy := tytest.TorchRuntimeSpec(1)
+	noPolicy := tytesting.TorchRuntimeSpec(1)
 	noPolicy.MLPolicy = nil
-	gpuRuntime := tytest.TorchRuntimeSpec(2)
+	gpuRuntime := tytesting.TorchRuntimeSpec(2)
 	nodeCtr(&gpuRuntime).Resources.Limits = corev1.ResourceList{GPUResource: resource.MustParse("4")}
 	nodeCtr(&gpuRuntime).Env = []corev1.EnvVar{{Name: "A", Value: "runtime"}, {Name: "B", Value: "runtime"}}
 	nodeCtr(&gpuRuntime).Args = []string{"--runtime-arg"}
-	valueFromRuntime := tytest.TorchRuntimeSpec(1)
+	valueFromRuntime := tytesting.TorchRuntimeSpec(1)
 	nodeCtr(&valueFromRuntime).Env = []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "k"}}}}
 
 	tests := []struct {
@@ -130,7 +130,7 @@ func TestRender(t *testing.T) {
 		{
 			name: "trainer overrides",
 			c: caseSpec{rt: gpuRuntime, tj: func() *trainer.TrainJob {
-				w := tytest.MakeTrainJob("train", "team-a").NumNodes(5).GPUsPerNode(8).Command([]string{"python", "-m", "t"}, "--lr", "0.1")
+				w := tytesting.MakeTrainJob("train", "team-a").NumNodes(5).GPUsPerNode(8).Command([]string{"python", "-m", "t"}, "--lr", "0.1")
 				w.Spec.Trainer.Env = []corev1.EnvVar{{Name: "B", Value: "trainer"}, {Name: "C", Value: "x=y\nz"}}
 				w.Spec.ActiveDeadlineSeconds = 61
 				return w.Obj()
@@ -193,7 +193,7 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name: "mpi launcher with srun starter",
-			c:    caseSpec{rt: mpiRuntime, tj: tytest.MakeTrainJob("train", "team-a").Command([]string{"python"}, "x.py").Obj()},
+			c:    caseSpec{rt: mpiRuntime, tj: tytesting.MakeTrainJob("train", "team-a").Command([]string{"python"}, "x.py").Obj()},
 			want: func(t *testing.T, j *Job) {
 				if v, _ := envValue(j.Env, EnvMPIStarter); v != MPIStarterSrun {
 					t.Errorf("starter = %q", v)
@@ -239,9 +239,9 @@ func TestRender(t *testing.T) {
 		{name: "IFS", c: caseSpec{tj: withEnv(corev1.EnvVar{Name: "IFS", Value: "/"})}, wantErr: "IFS is reserved"},
 		{name: "SHELLOPTS", c: caseSpec{tj: withEnv(corev1.EnvVar{Name: "SHELLOPTS", Value: "xtrace"})}, wantErr: "SHELLOPTS is reserved"},
 		{name: "PET env", c: caseSpec{tj: withEnv(corev1.EnvVar{Name: "PET_MASTER_ADDR", Value: "evil"})}, wantErr: "PET_MASTER_ADDR is reserved"},
-		{name: "command with leading dash", c: caseSpec{tj: tytest.MakeTrainJob("t", "team-a").Command([]string{"--account=other", "python"}).Obj()}, wantErr: "may not start with a dash"},
-		{name: "NUL in arg", c: caseSpec{tj: tytest.MakeTrainJob("t", "team-a").Command([]string{"python"}, "a\x00b").Obj()}, wantErr: "NUL"},
-		{name: "zero nodes", c: caseSpec{tj: tytest.MakeTrainJob("t", "team-a").NumNodes(0).Obj()}, wantErr: "numNodes"},
+		{name: "command with leading dash", c: caseSpec{tj: tytesting.MakeTrainJob("t", "team-a").Command([]string{"--account=other", "python"}).Obj()}, wantErr: "may not start with a dash"},
+		{name: "NUL in arg", c: caseSpec{tj: tytesting.MakeTrainJob("t", "team-a").Command([]string{"python"}, "a\x00b").Obj()}, wantErr: "NUL"},
+		{name: "zero nodes", c: caseSpec{tj: tytesting.MakeTrainJob("t", "team-a").NumNodes(0).Obj()}, wantErr: "numNodes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -415,7 +415,7 @@ func TestLauncherScripts(t *testing.T) {
 				}
 			}
 			marker := filepath.Join(dir, "pwned")
-			rt := tytest.TorchRuntimeSpec(2)
+			rt := tytesting.TorchRuntimeSpec(2)
 			switch l.launcher {
 			case v1alpha1.LauncherMPI:
 				rt.MLPolicy.MLPolicySource = trainer.MLPolicySource{MPI: &trainer.MPIMLPolicySource{}}
@@ -423,7 +423,7 @@ func TestLauncherScripts(t *testing.T) {
 				rt.MLPolicy.MLPolicySource = trainer.MLPolicySource{Flux: &trainer.FluxMLPolicySource{}}
 			}
 			argv := append([]string{l.argv0}, hostileArgs(marker)...)
-			tj := tytest.MakeTrainJob("train", "team-a").GPUsPerNode(4).Command(argv[:1], argv[1:]...).Obj()
+			tj := tytesting.MakeTrainJob("train", "team-a").GPUsPerNode(4).Command(argv[:1], argv[1:]...).Obj()
 			tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "EVIL", Value: "$(touch " + marker + ")"}}
 			tgt := target().Obj()
 			tgt.Spec.Slurm.WorkDir = filepath.Join(dir, "work", "%u")
@@ -499,7 +499,7 @@ func TestLauncherScripts(t *testing.T) {
 }
 
 func benignDispatch(argv0 string, args []string, envValue string) *v1alpha1.Dispatch {
-	tj := tytest.MakeTrainJob("train", "team-a").Command([]string{argv0}, args...).Obj()
+	tj := tytesting.MakeTrainJob("train", "team-a").Command([]string{argv0}, args...).Obj()
 	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "USER_VALUE", Value: envValue}}
 	return dispatch(caseSpec{tj: tj})
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/trainyard-dev/trainyard/internal/sandbox"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox"
 )
 
 type devOptions struct {

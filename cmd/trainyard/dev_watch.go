@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/internal/sandbox"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox"
 )
 
 // watchDispatches shows the hub's Dispatches until ctx ends: on a terminal

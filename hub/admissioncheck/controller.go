@@ -12,13 +12,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
 
 // ControllerName is the spec.controllerName of AdmissionChecks trainyard serves.
 const ControllerName = "trainyard.dev/dispatcher"
-
-// ReasonActive is the reason of the Active condition trainyard sets.
-const ReasonActive = "Active"
 
 // Reconciler sets Active=True on trainyard's AdmissionChecks.
 type Reconciler struct {
@@ -37,7 +36,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	want := metav1.Condition{
 		Type:               kueue.AdmissionCheckActive,
 		Status:             metav1.ConditionTrue,
-		Reason:             ReasonActive,
+		Reason:             v1alpha1.ReasonAdmissionCheckActive,
 		Message:            "trainyard dispatches admitted workloads to its targets",
 		ObservedGeneration: ac.Generation,
 	}

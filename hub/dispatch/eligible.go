@@ -18,6 +18,7 @@ import (
 	"github.com/trainyard-dev/trainyard/hub/placement"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
+	"github.com/trainyard-dev/trainyard/internal/text"
 )
 
 // MaxRefusals bounds how many targets may refuse one job after placement
@@ -103,7 +104,7 @@ func refusalsOf(wl *kueue.Workload) map[string]v1alpha1.Refusal {
 
 func (r *Reconciler) recordRefusals(ctx context.Context, wl *kueue.Workload, refusals map[string]v1alpha1.Refusal) error {
 	for name, f := range refusals {
-		f.Reason = truncate(f.Reason, 512)
+		f.Reason = text.Truncate(f.Reason, 512)
 		refusals[name] = f
 	}
 	raw, err := json.Marshal(refusals)

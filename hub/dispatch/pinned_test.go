@@ -33,13 +33,13 @@ func pinTrainJob(t *testing.T, objs []client.Object) []client.Object {
 	}
 	rt := &trainer.TrainingRuntime{ObjectMeta: metav1.ObjectMeta{
 		Name: "torch-distributed-" + strings.TrimPrefix(hash, "sha256:")[:12], Namespace: "team-a",
-		Labels:      map[string]string{snapshot.LabelPinned: "true"},
-		Annotations: map[string]string{snapshot.AnnotationSource: "ClusterTrainingRuntime/torch-distributed", snapshot.AnnotationHash: hash},
+		Labels:      map[string]string{v1alpha1.LabelPinnedRuntime: "true"},
+		Annotations: map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch-distributed", v1alpha1.AnnotationRuntimeHash: hash},
 	}, Spec: spec}
 	for _, o := range objs {
 		if tj, ok := o.(*trainer.TrainJob); ok && tj.Name == "train" {
 			tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: rt.Name, APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.TrainingRuntimeKind)}
-			tj.Annotations = map[string]string{snapshot.AnnotationSource: rt.Annotations[snapshot.AnnotationSource], snapshot.AnnotationHash: hash}
+			tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: rt.Annotations[v1alpha1.AnnotationRuntimeSource], v1alpha1.AnnotationRuntimeHash: hash}
 		}
 	}
 	return append(objs, rt)

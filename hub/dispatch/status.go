@@ -22,6 +22,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
+	"github.com/trainyard-dev/trainyard/internal/text"
 )
 
 // Backoff of Retry: the first retry waits retryBackoffBaseSeconds, each
@@ -45,7 +46,7 @@ func (r *Reconciler) setCheck(ctx context.Context, s *state, st kueue.CheckState
 	if msg == "" {
 		msg = "trainyard: " + string(st)
 	}
-	next := kueue.AdmissionCheckState{Name: s.check, State: st, Message: truncate(msg, 1024)}
+	next := kueue.AdmissionCheckState{Name: s.check, State: st, Message: text.Truncate(msg, 1024)}
 	if st == kueue.CheckStateRetry {
 		// Kueue counts the retries of a check; each waits twice as long
 		// before the job is queued again, so a job that keeps bouncing
@@ -79,7 +80,7 @@ func (r *Reconciler) syncCheckState(ctx context.Context, s *state) error {
 		}
 		msg := "accepted by " + where
 		if d.Status.Remote != nil {
-			msg = fmt.Sprintf("running on %s as %s %s", where, d.Status.Remote.Kind, remoteName(d.Status.Remote))
+			msg = fmt.Sprintf("running on %s as %s", where, d.Status.Remote)
 		}
 		return r.setCheck(ctx, s, kueue.CheckStateReady, msg)
 	case v1alpha1.DispatchRejected:
@@ -154,7 +155,7 @@ func (r *Reconciler) mirrorPhase(ctx context.Context, s *state, tj *trainer.Trai
 	where := fmt.Sprintf("on target %s (attempt %d)", d.Spec.TargetName, d.Spec.Attempt)
 	if d.Status.Remote != nil {
 		setConditionStatus(tj, ConditionCreated, metav1.ConditionTrue, v1alpha1.ReasonRemoteCreated,
-			fmt.Sprintf("%s %s created %s", d.Status.Remote.Kind, remoteName(d.Status.Remote), where))
+			fmt.Sprintf("%s created %s", d.Status.Remote, where))
 	}
 	running := d.Status.Phase == v1alpha1.DispatchRunning
 	if running || apimeta.FindStatusCondition(tj.Status.Conditions, ConditionRunning) != nil {
@@ -198,7 +199,7 @@ func setConditionStatus(tj *trainer.TrainJob, typ string, st metav1.ConditionSta
 		reason = typ
 	}
 	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{
-		Type: typ, Status: st, Reason: reason, Message: truncate(msg, 32768), ObservedGeneration: tj.Generation,
+		Type: typ, Status: st, Reason: reason, Message: text.Truncate(msg, 32768), ObservedGeneration: tj.Generation,
 	})
 }
 
@@ -277,24 +278,6 @@ func (r *Reconciler) clearActive(ctx context.Context, s *state) error {
 		return nil
 	}
 	return r.applyTrainJobStatus(ctx, tj)
-}
-
-func remoteName(ref *v1alpha1.RemoteRef) string {
-	name := ref.Name
-	if ref.Namespace != "" {
-		name = ref.Namespace + "/" + name
-	}
-	if ref.ID != "" {
-		name += " (id " + ref.ID + ")"
-	}
-	return name
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
 
 // latencyTracker observes admission-to-running once per Workload attempt.

@@ -30,21 +30,21 @@ func Check(t *v1alpha1.Target, d *v1alpha1.Dispatch) string {
 	c := *d
 	c.Namespace = t.Spec.Agent.Namespace
 	c.Spec.TargetName = t.Name
-	var err error
-	switch t.Spec.Type {
-	case v1alpha1.TargetTypeKubernetes:
-		// The Target's pod policy (Pod Security level, allowed pod fields)
-		// is part of the answer: the agent renders under the same one.
-		opts := jobset.RenderOptions{Namespace: renderNamespace, Policy: kubework.PolicyOf(&t.Spec)}
-		if t.Spec.Kubernetes != nil && t.Spec.Kubernetes.Backend == v1alpha1.KubernetesBackendLeaderWorkerSet {
-			_, err = lws.Render(&c, opts)
-		} else {
-			_, err = jobset.Render(&c, opts)
-		}
-	case v1alpha1.TargetTypeSlurm:
+	// The agent builds the same backend, and refuses a target For refuses.
+	kind, err := backends.For(&t.Spec)
+	if err != nil {
+		return err.Error()
+	}
+	// The Target's pod policy (Pod Security level, allowed pod fields) is
+	// part of the answer: the agent renders under the same one.
+	kube := jobset.RenderOptions{Namespace: renderNamespace, Policy: kubework.PolicyOf(&t.Spec)}
+	switch kind {
+	case backends.KindJobSet:
+		_, err = jobset.Render(&c, kube)
+	case backends.KindLeaderWorkerSet:
+		_, err = lws.Render(&c, kube)
+	case backends.KindSlurm:
 		_, err = slurm.Render(&c, t)
-	default:
-		return fmt.Sprintf("unknown target type %q", t.Spec.Type)
 	}
 	return backends.RejectionReason(err)
 }

@@ -10,14 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // shippedRuntimes reads every ClusterTrainingRuntime Kubeflow Trainer ships
 // in the pinned module, unchanged, by name.
 func shippedRuntimes(t *testing.T) map[string]*trainer.ClusterTrainingRuntime {
 	t.Helper()
-	files, err := tyt.AllShippedRuntimes()
+	files, err := tytesting.AllShippedRuntimes()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +36,11 @@ func shippedRuntimes(t *testing.T) map[string]*trainer.ClusterTrainingRuntime {
 func docsJob(runtime string) *v1alpha1.Dispatch {
 	tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "team-a", UID: "tj-uid"}}
 	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: runtime}
-	return tyt.MakeDispatch("d", "agents", "").SnapshotTrainJob(tj).Obj()
+	return tytesting.MakeDispatch("d", "agents", "").SnapshotTrainJob(tj).Obj()
 }
 
 func withRuntime(d *v1alpha1.Dispatch, rt *trainer.ClusterTrainingRuntime) *v1alpha1.Dispatch {
-	w := &tyt.DispatchWrapper{Dispatch: *d.DeepCopy()}
+	w := &tytesting.DispatchWrapper{Dispatch: *d.DeepCopy()}
 	w.SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, rt.Name, rt.Spec)
 	// Admitted counts large enough for any render: eligibility is about
 	// what a target refuses, not about pod counts.
@@ -52,13 +52,13 @@ func withRuntime(d *v1alpha1.Dispatch, rt *trainer.ClusterTrainingRuntime) *v1al
 }
 
 func fleet() map[string]*v1alpha1.Target {
-	lws := tyt.MakeKubernetesTarget("lws", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{Backend: v1alpha1.KubernetesBackendLeaderWorkerSet}).Obj()
-	slurm := tyt.MakeSlurmTarget("hpc", "gpu", "gpu").SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "alice"}).
+	lws := tytesting.MakeKubernetesTarget("lws", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{Backend: v1alpha1.KubernetesBackendLeaderWorkerSet}).Obj()
+	slurm := tytesting.MakeSlurmTarget("hpc", "gpu", "gpu").SlurmAccount(v1alpha1.SlurmAccount{Namespace: "team-a", User: "alice"}).
 		HostImages("pytorch/pytorch:*").Obj()
 	return map[string]*v1alpha1.Target{
 		// Kubeflow's torch-distributed-with-cache runs its initializer as
 		// this ServiceAccount, which a Target must allow by name.
-		"jobset": tyt.MakeKubernetesTarget("jobset", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{
+		"jobset": tytesting.MakeKubernetesTarget("jobset", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{
 			AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{"kubeflow-trainer-cache-initializer"}}}).Obj(),
 		"lws": lws,
 		"hpc": slurm,
@@ -131,12 +131,15 @@ func TestCheckNamesWhatTheTargetRefuses(t *testing.T) {
 		tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: ns, UID: "tj-uid"}}
 		tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: "torch-distributed"}
 		tj.Spec.Trainer = &trainer.Trainer{Command: []string{"python3", "train.py"}}
-		w := &tyt.DispatchWrapper{Dispatch: *d}
+		w := &tytesting.DispatchWrapper{Dispatch: *d}
 		w.SnapshotTrainJob(tj)
 		w.Spec.Workload.Namespace = ns
 		return withRuntime(w.Obj(), torch)
 	}
 	slurm := fleet()["hpc"]
+	unknownBackend := tytesting.MakeKubernetesTarget("deployments", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{Backend: "Deployment"}).Obj()
+	unknownType := tytesting.MakeKubernetesTarget("nomad", "gpu").Obj()
+	unknownType.Spec.Type = "Nomad"
 	cases := map[string]struct {
 		target *v1alpha1.Target
 		d      *v1alpha1.Dispatch
@@ -145,6 +148,12 @@ func TestCheckNamesWhatTheTargetRefuses(t *testing.T) {
 		"a job with a command, from a mapped namespace": {target: slurm, d: withCommand("team-a"), want: ""},
 		"a namespace the cluster does not map": {target: slurm, d: withCommand("team-b"),
 			want: "namespace team-b may not use this cluster"},
+		// The agent refuses to start for these (backends.For), so no job
+		// may be placed there.
+		"a Kubernetes backend no agent runs": {target: unknownBackend, d: withCommand("team-a"),
+			want: `spec.kubernetes.backend "Deployment" is not JobSet or LeaderWorkerSet`},
+		"a target type no agent runs": {target: unknownType, d: withCommand("team-a"),
+			want: `unknown target type "Nomad"`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -186,7 +195,7 @@ func TestCacheAnswersOncePerTargetSpec(t *testing.T) {
 func TestCheckNamesImagesTheTargetDoesNotRun(t *testing.T) {
 	rts := shippedRuntimes(t)
 	spoke := func(allowed ...string) *v1alpha1.Target {
-		return tyt.MakeKubernetesTarget("jobset", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{
+		return tytesting.MakeKubernetesTarget("jobset", "gpu").Kubernetes(&v1alpha1.KubernetesTarget{
 			AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{"kubeflow-trainer-cache-initializer"}}}).
 			AllowedImages(allowed...).Obj()
 	}

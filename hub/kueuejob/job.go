@@ -76,7 +76,7 @@ func (t *TrainJob) PodSets(ctx context.Context, c client.Client) ([]kueue.PodSet
 	// The pin annotations name the copy exactly: its source and hash.
 	var pin string
 	if _, err := snapshot.PinnedRef(t.trainJob()); err == nil {
-		pin = t.Annotations[snapshot.AnnotationSource] + "@" + t.Annotations[snapshot.AnnotationHash]
+		pin = t.Annotations[v1alpha1.AnnotationRuntimeSource] + "@" + t.Annotations[v1alpha1.AnnotationRuntimeHash]
 	}
 	if ps, ok := t.podSets.get(t.UID, t.Generation, pin); ok && pin != "" {
 		return ps, nil
@@ -152,7 +152,7 @@ func (t *TrainJob) pinnedView(ctx context.Context, c client.Reader) (*kueuetrain
 	var rt trainer.TrainingRuntime
 	if err := c.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: ref.Name}, &rt); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			return nil, fmt.Errorf("%w: pinned copy %s of %s: %v", snapshot.ErrRuntimeNotFound, ref.Name, t.Annotations[snapshot.AnnotationSource], err)
+			return nil, fmt.Errorf("%w: pinned copy %s of %s: %v", snapshot.ErrRuntimeNotFound, ref.Name, t.Annotations[v1alpha1.AnnotationRuntimeSource], err)
 		}
 		return nil, err
 	}

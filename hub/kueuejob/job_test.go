@@ -23,7 +23,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	jobsetbackend "github.com/trainyard-dev/trainyard/backends/jobset"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 const ns = "team-a"
@@ -46,11 +46,11 @@ func newClient(t *testing.T, objs ...client.Object) client.Client {
 func pinnedJob(t *testing.T, c client.Client, nodes int32) *trainer.TrainJob {
 	t.Helper()
 	ctx := context.Background()
-	src := tyt.MakeClusterTrainingRuntime("torch").Spec(tyt.TorchRuntimeSpec(nodes)).Obj()
+	src := tytesting.MakeClusterTrainingRuntime("torch").Spec(tytesting.TorchRuntimeSpec(nodes)).Obj()
 	if err := c.Create(ctx, src); err != nil {
 		t.Fatal(err)
 	}
-	tj := tyt.MakeTrainJob("train", ns).Queue("q").Suspend(true).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj()
+	tj := tytesting.MakeTrainJob("train", ns).Queue("q").Suspend(true).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "torch").Obj()
 	if err := snapshot.Pin(ctx, c, c, tj); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func editSource(t *testing.T, c client.Client, nodes int32) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "torch"}, &src); err != nil {
 		t.Fatal(err)
 	}
-	src.Spec = tyt.TorchRuntimeSpec(nodes)
+	src.Spec = tytesting.TorchRuntimeSpec(nodes)
 	if err := c.Update(context.Background(), &src); err != nil {
 		t.Fatal(err)
 	}
@@ -85,9 +85,11 @@ func TestPodSetsReadThePinnedCopy(t *testing.T) {
 	}{
 		"pinned":               {wantCount: 2},
 		"no pin annotations":   {edit: func(tj *trainer.TrainJob) { tj.Annotations = nil }, wantErr: jobframework.IsUnretryableError},
-		"a malformed pin hash": {edit: func(tj *trainer.TrainJob) { tj.Annotations[snapshot.AnnotationHash] = "sha256:12" }, wantErr: jobframework.IsUnretryableError},
+		"a malformed pin hash": {edit: func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:12" }, wantErr: jobframework.IsUnretryableError},
 		"a pin to a copy that is gone": {
-			edit:    func(tj *trainer.TrainJob) { tj.Annotations[snapshot.AnnotationSource] = "ClusterTrainingRuntime/gone" },
+			edit: func(tj *trainer.TrainJob) {
+				tj.Annotations[v1alpha1.AnnotationRuntimeSource] = "ClusterTrainingRuntime/gone"
+			},
 			wantErr: func(err error) bool { return errors.Is(err, snapshot.ErrRuntimeNotFound) },
 		},
 	}
@@ -157,7 +159,7 @@ func TestPodSetsComputedOncePerGeneration(t *testing.T) {
 		t.Errorf("a new generation: %d dry runs in all, want 2", dryRuns)
 	}
 	other := tj.DeepCopy()
-	other.Annotations[snapshot.AnnotationHash] = "sha256:" + strings.Repeat("0", 64)
+	other.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:" + strings.Repeat("0", 64)
 	job := newJobWithCache(cache)().(*TrainJob)
 	job.TrainJob = *asKueue(other)
 	if _, err := job.PodSets(context.Background(), c); err == nil {

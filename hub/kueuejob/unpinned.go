@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
@@ -40,7 +41,7 @@ func (r *UnpinnedReporter) SetupWithManager(mgr ctrl.Manager) error {
 
 // queuedUnpinned: tj is in a Kueue queue without a pin, and not finished.
 func queuedUnpinned(tj *trainer.TrainJob) bool {
-	if tj.Labels[snapshot.QueueLabel] == "" || tj.DeletionTimestamp != nil {
+	if tj.Labels[kueueconstants.QueueLabel] == "" || tj.DeletionTimestamp != nil {
 		return false
 	}
 	if _, err := snapshot.PinnedRef(tj); err == nil {

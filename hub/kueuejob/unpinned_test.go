@@ -13,27 +13,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/hub/snapshot"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestUnpinnedReporter: a queued job without a pin fails with the reason
 // and an event; pinned, unqueued and finished jobs are left alone.
 func TestUnpinnedReporter(t *testing.T) {
-	pinned := map[string]string{snapshot.AnnotationSource: "ClusterTrainingRuntime/torch", snapshot.AnnotationHash: "sha256:" + strings.Repeat("ab", 32)}
+	pinned := map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch", v1alpha1.AnnotationRuntimeHash: "sha256:" + strings.Repeat("ab", 32)}
 	cases := map[string]struct {
 		tj       *trainer.TrainJob
 		wantFail bool
 	}{
-		"queued, unpinned": {tj: tyt.MakeTrainJob("a", ns).Queue("q").Obj(), wantFail: true},
+		"queued, unpinned": {tj: tytesting.MakeTrainJob("a", ns).Queue("q").Obj(), wantFail: true},
 		"queued, pinned": {tj: func() *trainer.TrainJob {
-			tj := tyt.MakeTrainJob("a", ns).Queue("q").Obj()
+			tj := tytesting.MakeTrainJob("a", ns).Queue("q").Obj()
 			tj.Annotations = pinned
 			return tj
 		}()},
-		"not queued": {tj: tyt.MakeTrainJob("a", ns).Obj()},
+		"not queued": {tj: tytesting.MakeTrainJob("a", ns).Obj()},
 		"finished": {tj: func() *trainer.TrainJob {
-			tj := tyt.MakeTrainJob("a", ns).Queue("q").Obj()
+			tj := tytesting.MakeTrainJob("a", ns).Queue("q").Obj()
 			tj.Status.Conditions = []metav1.Condition{{Type: trainer.TrainJobComplete, Status: metav1.ConditionTrue, Reason: "Done"}}
 			return tj
 		}()},

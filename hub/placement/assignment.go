@@ -14,24 +14,16 @@ const (
 	PreferredTopologyAnnotation = "kueue.x-k8s.io/podset-preferred-topology"
 )
 
-// trainyard's own spelling of the same requests. With Kueue's
-// TopologyAwareScheduling gate on, Kueue admits a pod set carrying its
-// annotations only to a TAS flavor, and a hub has no nodes to back one; the
-// trainyard annotations ask trainyard alone, on any flavor.
-const (
-	TrainyardRequiredTopologyAnnotation  = "trainyard.dev/podset-required-topology"
-	TrainyardPreferredTopologyAnnotation = "trainyard.dev/podset-preferred-topology"
-)
-
 // PodSetTopology reads a pod template's topology annotations: the levels
 // for PodSet.Required and PodSet.Preferred. Both empty is unconstrained.
-// trainyard's annotations win over Kueue's.
+// trainyard's annotations (v1alpha1.AnnotationPodSetRequiredTopology and
+// AnnotationPodSetPreferredTopology) win over Kueue's.
 func PodSetTopology(annotations map[string]string) (required, preferred string) {
 	required, preferred = annotations[RequiredTopologyAnnotation], annotations[PreferredTopologyAnnotation]
-	if v := annotations[TrainyardRequiredTopologyAnnotation]; v != "" {
+	if v := annotations[v1alpha1.AnnotationPodSetRequiredTopology]; v != "" {
 		required, preferred = v, ""
 	}
-	if v := annotations[TrainyardPreferredTopologyAnnotation]; v != "" && annotations[TrainyardRequiredTopologyAnnotation] == "" {
+	if v := annotations[v1alpha1.AnnotationPodSetPreferredTopology]; v != "" && annotations[v1alpha1.AnnotationPodSetRequiredTopology] == "" {
 		required, preferred = "", v
 	}
 	return required, preferred

@@ -22,10 +22,10 @@ func TestPodSetTopology(t *testing.T) {
 		"none":                {},
 		"required":            {annotations: map[string]string{RequiredTopologyAnnotation: rack}, required: rack},
 		"preferred":           {annotations: map[string]string{PreferredTopologyAnnotation: block}, preferred: block},
-		"trainyard required":  {annotations: map[string]string{TrainyardRequiredTopologyAnnotation: rack}, required: rack},
-		"trainyard preferred": {annotations: map[string]string{TrainyardPreferredTopologyAnnotation: block}, preferred: block},
+		"trainyard required":  {annotations: map[string]string{v1alpha1.AnnotationPodSetRequiredTopology: rack}, required: rack},
+		"trainyard preferred": {annotations: map[string]string{v1alpha1.AnnotationPodSetPreferredTopology: block}, preferred: block},
 		"trainyard's wins over Kueue's": {annotations: map[string]string{
-			RequiredTopologyAnnotation: block, TrainyardPreferredTopologyAnnotation: rack}, preferred: rack},
+			RequiredTopologyAnnotation: block, v1alpha1.AnnotationPodSetPreferredTopology: rack}, preferred: rack},
 		"unconstrained": {annotations: map[string]string{
 			kueue.PodSetUnconstrainedTopologyAnnotation: "true", "other": rack,
 		}},

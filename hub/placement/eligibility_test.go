@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func ineligible(w interface{ Obj() *v1alpha1.Target }, why string) Candidate {
@@ -109,8 +109,8 @@ func TestChooseFlavorlessStaysInItsQueue(t *testing.T) {
 	spoke := func() Candidate {
 		return cand(spoke("spoke", "gpu").Available().CPUAndMemory(small, small))
 	}
-	hpc := func() *tyt.TargetWrapper {
-		return tyt.MakeSlurmTarget("hpc", "hpc", "gpu").Flavors("hpc", "gpu").Available()
+	hpc := func() *tytesting.TargetWrapper {
+		return tytesting.MakeSlurmTarget("hpc", "hpc", "gpu").Flavors("hpc", "gpu").Available()
 	}
 	runChoose(t, map[string]chooseCase{
 		"a Slurm-only queue's job goes to the Slurm target, not the tighter spoke": {

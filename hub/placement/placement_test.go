@@ -14,24 +14,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // target is an available Kubernetes target serving flavor "h100". It takes
 // no queued jobs, so that a case is about what fits now; queue_test.go
 // covers the queue.
-func target(name string) *tyt.TargetWrapper {
+func target(name string) *tytesting.TargetWrapper {
 	return spoke(name, "h100").Available()
 }
 
 // spoke is a Kubernetes target of flavor that takes no queued jobs.
-func spoke(name, flavor string) *tyt.TargetWrapper {
-	return tyt.MakeKubernetesTarget(name, flavor).KubernetesQueueDepth(0)
+func spoke(name, flavor string) *tytesting.TargetWrapper {
+	return tytesting.MakeKubernetesTarget(name, flavor).KubernetesQueueDepth(0)
 }
 
-func cand(w *tyt.TargetWrapper) Candidate { return Candidate{Target: w.Obj()} }
+func cand(w *tytesting.TargetWrapper) Candidate { return Candidate{Target: w.Obj()} }
 
-func inFlight(w *tyt.TargetWrapper, gpus int64) Candidate {
+func inFlight(w *tytesting.TargetWrapper, gpus int64) Candidate {
 	return Candidate{Target: w.Obj(), InFlightGPUs: gpus}
 }
 

@@ -4,16 +4,16 @@ import (
 	"testing"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // slurmTarget is an available Slurm cluster serving h100 with 4 nodes of
 // 4 GPUs, free as given.
-func slurmTarget(name string, free ...int32) *tyt.TargetWrapper {
-	return tyt.MakeSlurmTarget(name, "h100", "gpu").Available().FreeGPUsPerNode(free...).MaxGPUsPerNode(4)
+func slurmTarget(name string, free ...int32) *tytesting.TargetWrapper {
+	return tytesting.MakeSlurmTarget(name, "h100", "gpu").Available().FreeGPUsPerNode(free...).MaxGPUsPerNode(4)
 }
 
-func queued(w *tyt.TargetWrapper, n int32, inFlight int64) Candidate {
+func queued(w *tytesting.TargetWrapper, n int32, inFlight int64) Candidate {
 	return Candidate{Target: w.Obj(), Queued: n, InFlightGPUs: inFlight}
 }
 
@@ -22,10 +22,10 @@ func queued(w *tyt.TargetWrapper, n int32, inFlight int64) Candidate {
 // once no target has room, and never when it is bound to one domain, could
 // never run there, or is several pods on a Kubernetes spoke.
 func TestChooseQueueDepth(t *testing.T) {
-	full := func(name string) *tyt.TargetWrapper { return slurmTarget(name, 0, 0, 0, 0) }
+	full := func(name string) *tytesting.TargetWrapper { return slurmTarget(name, 0, 0, 0, 0) }
 	// fullSpoke is a full Kubernetes spoke at the API's default depth.
-	fullSpoke := func() *tyt.TargetWrapper {
-		return tyt.MakeKubernetesTarget("k8s", "h100").Available().FreeGPUsPerNode(0, 0)
+	fullSpoke := func() *tytesting.TargetWrapper {
+		return tytesting.MakeKubernetesTarget("k8s", "h100").Available().FreeGPUsPerNode(0, 0)
 	}
 	runChoose(t, map[string]chooseCase{
 		"fits: not queued": {

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // Levels of the test topologies, as a Kubernetes spoke labels its nodes.
@@ -31,7 +31,7 @@ func rk(block, rack string, free ...int32) leaf { return leaf{block, rack, free}
 
 // racks publishes levels block, rack, hostname with one leaf domain per
 // rack, in the order given, and sets status.freeGPUs to their sum.
-func racks(w *tyt.TargetWrapper, leaves ...leaf) *tyt.TargetWrapper {
+func racks(w *tytesting.TargetWrapper, leaves ...leaf) *tytesting.TargetWrapper {
 	topo := &v1alpha1.TopologyStatus{Levels: []string{block, rack, host}}
 	var sum int64
 	for _, l := range leaves {
@@ -206,7 +206,7 @@ func TestChooseRequiredLevelMissing(t *testing.T) {
 }
 
 // unnamed drops the node names the agent published.
-func unnamed(w *tyt.TargetWrapper) *tyt.TargetWrapper {
+func unnamed(w *tytesting.TargetWrapper) *tytesting.TargetWrapper {
 	for i := range w.Status.Topology.Domains {
 		w.Status.Topology.Domains[i].Nodes = nil
 	}
@@ -310,8 +310,8 @@ func TestChooseUnconstrained(t *testing.T) {
 }
 
 func TestChooseInFlightOnNodes(t *testing.T) {
-	two := func() *tyt.TargetWrapper { return racks(target("a"), rk("b1", "r1", 8, 8)) }
-	withRes := func(w *tyt.TargetWrapper, total int64, res ...Reservation) Candidate {
+	two := func() *tytesting.TargetWrapper { return racks(target("a"), rk("b1", "r1", 8, 8)) }
+	withRes := func(w *tytesting.TargetWrapper, total int64, res ...Reservation) Candidate {
 		return Candidate{Target: w.Obj(), InFlightGPUs: total, InFlight: res}
 	}
 	one := podSet(1, 8)

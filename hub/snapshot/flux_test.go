@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestPinnedRuntimeDefaultsFluxNodes: a Flux TrainJob written as the
@@ -17,12 +17,12 @@ import (
 // runtime's numNodes, so Trainer's Flux plugin, which Kueue's pod sets and
 // the remote render run, has one to read; the user's spec stays as written.
 func TestPinnedRuntimeDefaultsFluxNodes(t *testing.T) {
-	flux, err := tyt.ShippedRuntime(tyt.TrainerFluxRuntime)
+	flux, err := tytesting.ShippedRuntime(tytesting.TrainerFluxRuntime)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantNodes := ptr.Deref(flux.Spec.MLPolicy.NumNodes, 1)
-	torch := tyt.MakeClusterTrainingRuntime("torch-distributed").Obj()
+	torch := tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj()
 	cases := map[string]struct {
 		runtime string
 		trainer *trainer.Trainer

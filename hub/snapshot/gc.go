@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
 
 // The collector of pinned copies, and what it needs besides the hub role's
@@ -34,7 +36,7 @@ const runtimeRefIndex = "trainyard.dev/training-runtime-ref"
 //
 // It races with the pinning webhook, which may be pointing a new TrainJob
 // at the copy it is collecting. Neither side loses: the webhook stamps the
-// copy (AnnotationPinnedAt) with an update at the version it read, the
+// copy (v1alpha1.AnnotationPinnedAt) with an update at the version it read, the
 // collector deletes only at the version it judged idle (a precondition),
 // and a webhook that finds the copy gone creates it again. The grace period
 // also covers the moment between the stamp and the new TrainJob reaching
@@ -107,8 +109,8 @@ func refName(tj *trainer.TrainJob) string {
 }
 
 func isPinned(o client.Object) bool {
-	_, hashed := o.GetAnnotations()[AnnotationHash]
-	return o.GetLabels()[LabelPinned] == "true" || hashed
+	_, hashed := o.GetAnnotations()[v1alpha1.AnnotationRuntimeHash]
+	return o.GetLabels()[v1alpha1.LabelPinnedRuntime] == "true" || hashed
 }
 
 // Reconcile deletes req's pinned copy if it is unreferenced and idle.
@@ -145,7 +147,7 @@ func (g *GC) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, erro
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	log.FromContext(ctx).Info("deleted unreferenced pinned runtime", "runtime", req.NamespacedName, "source", rt.Annotations[AnnotationSource])
+	log.FromContext(ctx).Info("deleted unreferenced pinned runtime", "runtime", req.NamespacedName, "source", rt.Annotations[v1alpha1.AnnotationRuntimeSource])
 	return ctrl.Result{}, nil
 }
 
@@ -168,7 +170,7 @@ func (g *GC) usedLive(ctx context.Context, rt *trainer.TrainingRuntime) (bool, e
 // creation when the stamp is missing, unreadable or older.
 func lastPinned(rt *trainer.TrainingRuntime) time.Time {
 	at := rt.CreationTimestamp.Time
-	if t, err := time.Parse(time.RFC3339, rt.Annotations[AnnotationPinnedAt]); err == nil && t.After(at) {
+	if t, err := time.Parse(time.RFC3339, rt.Annotations[v1alpha1.AnnotationPinnedAt]); err == nil && t.After(at) {
 		at = t
 	}
 	return at

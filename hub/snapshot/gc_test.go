@@ -17,17 +17,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func TestGC(t *testing.T) {
 	created := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
 	grace := 10 * time.Minute
 	copyOf := func(mutate func(*trainer.TrainingRuntime)) *trainer.TrainingRuntime {
-		rt := trainingRuntime("torch-0123456789ab", ns, tyt.TorchRuntimeSpec(1))
+		rt := trainingRuntime("torch-0123456789ab", ns, tytesting.TorchRuntimeSpec(1))
 		rt.CreationTimestamp = metav1.NewTime(created)
-		rt.Labels = map[string]string{LabelPinned: "true"}
-		rt.Annotations = map[string]string{AnnotationHash: "sha256:0123", AnnotationSource: "ClusterTrainingRuntime/torch"}
+		rt.Labels = map[string]string{v1alpha1.LabelPinnedRuntime: "true"}
+		rt.Annotations = map[string]string{v1alpha1.AnnotationRuntimeHash: "sha256:0123", v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch"}
 		if mutate != nil {
 			mutate(rt)
 		}
@@ -53,7 +54,7 @@ func TestGC(t *testing.T) {
 		},
 		"pinned to recently: the grace runs from the stamp": {
 			rt: copyOf(func(rt *trainer.TrainingRuntime) {
-				rt.Annotations[AnnotationPinnedAt] = created.Add(time.Hour).Format(time.RFC3339)
+				rt.Annotations[v1alpha1.AnnotationPinnedAt] = created.Add(time.Hour).Format(time.RFC3339)
 			}),
 			now: created.Add(time.Hour + 3*time.Minute), wantAfter: grace - 3*time.Minute,
 		},
@@ -84,7 +85,7 @@ func TestGC(t *testing.T) {
 						return err
 					}
 					touched := obj.DeepCopyObject().(*trainer.TrainingRuntime)
-					touched.Annotations[AnnotationPinnedAt] = tc.now.Format(time.RFC3339)
+					touched.Annotations[v1alpha1.AnnotationPinnedAt] = tc.now.Format(time.RFC3339)
 					return c.Update(ctx, touched)
 				}})
 			}
@@ -140,8 +141,8 @@ func TestOnlyEventsThatMayFreeACopyWakeTheCollector(t *testing.T) {
 // pinnedTo is a TrainJob whose pin annotations name the copy "torch-<12 hex
 // digits>" of ClusterTrainingRuntime torch, as copy names it.
 func pinnedTo(name, copy string) *trainer.TrainJob {
-	tj := tyt.MakeTrainJob(name, ns).Obj()
+	tj := tytesting.MakeTrainJob(name, ns).Obj()
 	hash := "sha256:" + strings.TrimPrefix(copy, "torch-") + strings.Repeat("0", 52)
-	tj.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch", AnnotationHash: hash}
+	tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch", v1alpha1.AnnotationRuntimeHash: hash}
 	return tj
 }

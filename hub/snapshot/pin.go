@@ -12,6 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
 )
 
 // Pinning. Kueue v0.19's TrainJob integration computes a job's pod sets
@@ -19,27 +22,13 @@ import (
 // when they change. So trainyard pins the runtime when the TrainJob is
 // created: it copies the referenced runtime into an immutable,
 // content-addressed TrainingRuntime in the job's namespace and records the
-// copy in the job's pin annotations (source and hash; PinnedRef derives the
-// copy's name from them). The job's spec stays as the user wrote it, so a
-// re-apply of the same manifest changes nothing. Everything that reads the
-// job's runtime on the hub reads the copy: the Kueue integration the hub
-// runs (hub/kueuejob), the Dispatch snapshot (Take) and so the remote
-// render; editing or deleting the original runtime reaches no job already
-// submitted.
-const (
-	// LabelPinned marks pinned runtime copies; the pinned-runtime policy
-	// refuses any change to their spec.
-	LabelPinned = "trainyard.dev/pinned-runtime"
-	// AnnotationSource on a TrainJob and its pinned runtime names the
-	// runtime the copy was taken from, as Kind/name.
-	AnnotationSource = "trainyard.dev/runtime-source"
-	// AnnotationHash is the pinned spec's content hash.
-	AnnotationHash = "trainyard.dev/runtime-hash"
-	// AnnotationPinnedAt on a pinned copy is when a TrainJob was last
-	// pinned to it (RFC 3339); the collector keeps a copy for a grace
-	// period after it.
-	AnnotationPinnedAt = "trainyard.dev/pinned-at"
-)
+// copy in the job's pin annotations (source and hash, named in api/v1alpha1;
+// PinnedRef derives the copy's name from them). The job's spec stays as the
+// user wrote it, so a re-apply of the same manifest changes nothing.
+// Everything that reads the job's runtime on the hub reads the copy: the
+// Kueue integration the hub runs (hub/kueuejob), the Dispatch snapshot
+// (Take) and so the remote render; editing or deleting the original runtime
+// reaches no job already submitted.
 
 // ErrPresetPin: a TrainJob was created with a pin annotation already set.
 var ErrPresetPin = errors.New("the runtime pin annotations are set by trainyard only")
@@ -100,9 +89,9 @@ func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.Tr
 	pinned := &trainer.TrainingRuntime{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: tj.Namespace,
-			Labels: map[string]string{LabelPinned: "true"},
-			Annotations: map[string]string{AnnotationSource: source, AnnotationHash: snap.Hash,
-				AnnotationPinnedAt: u.now.UTC().Format(time.RFC3339)},
+			Labels: map[string]string{v1alpha1.LabelPinnedRuntime: "true"},
+			Annotations: map[string]string{v1alpha1.AnnotationRuntimeSource: source, v1alpha1.AnnotationRuntimeHash: snap.Hash,
+				v1alpha1.AnnotationPinnedAt: u.now.UTC().Format(time.RFC3339)},
 		},
 		Spec: spec,
 	}
@@ -113,18 +102,18 @@ func pinAt(ctx context.Context, r client.Reader, c client.Writer, tj *trainer.Tr
 	if tj.Annotations == nil {
 		tj.Annotations = map[string]string{}
 	}
-	tj.Annotations[AnnotationSource] = source
-	tj.Annotations[AnnotationHash] = snap.Hash
+	tj.Annotations[v1alpha1.AnnotationRuntimeSource] = source
+	tj.Annotations[v1alpha1.AnnotationRuntimeHash] = snap.Hash
 	return created, nil
 }
 
 // refusePreset refuses a TrainJob that arrives with a pin annotation: a
 // tenant could otherwise name a runtime of its choosing as already pinned.
 func refusePreset(tj *trainer.TrainJob) error {
-	for _, k := range []string{AnnotationSource, AnnotationHash} {
+	for _, k := range []string{v1alpha1.AnnotationRuntimeSource, v1alpha1.AnnotationRuntimeHash} {
 		if _, ok := tj.Annotations[k]; ok {
 			return fmt.Errorf("%w: remove the %s and %s annotations (a manifest copied from an existing TrainJob carries them)",
-				ErrPresetPin, AnnotationSource, AnnotationHash)
+				ErrPresetPin, v1alpha1.AnnotationRuntimeSource, v1alpha1.AnnotationRuntimeHash)
 		}
 	}
 	return nil
@@ -135,7 +124,7 @@ func refusePreset(tj *trainer.TrainJob) error {
 const maxPinAttempts = 4
 
 // ensureCopy creates want or reuses the copy of that name if it holds the
-// same content, touching its AnnotationPinnedAt unless u finds it fresh.
+// same content, touching its v1alpha1.AnnotationPinnedAt unless u finds it fresh.
 // The touch is an update at the resourceVersion just read, so a collector
 // that read the copy before it fails its delete precondition; a copy
 // deleted in between is created again. A copy of that name with other
@@ -148,7 +137,7 @@ const maxPinAttempts = 4
 // timeout.
 func ensureCopy(ctx context.Context, r client.Reader, c client.Writer, want *trainer.TrainingRuntime, u reuse) (created time.Time, err error) {
 	key := client.ObjectKeyFromObject(want)
-	hash := want.Annotations[AnnotationHash]
+	hash := want.Annotations[v1alpha1.AnnotationRuntimeHash]
 	if u.cache != nil && u.within > 0 {
 		var have trainer.TrainingRuntime
 		if err := u.cache.Get(ctx, key, &have); err == nil &&
@@ -179,7 +168,7 @@ func ensureCopy(ctx context.Context, r client.Reader, c client.Writer, want *tra
 		if u.fresh(&have) {
 			return have.CreationTimestamp.Time, nil
 		}
-		have.Annotations[AnnotationPinnedAt] = want.Annotations[AnnotationPinnedAt]
+		have.Annotations[v1alpha1.AnnotationPinnedAt] = want.Annotations[v1alpha1.AnnotationPinnedAt]
 		err = c.Update(ctx, &have)
 		if err == nil {
 			return have.CreationTimestamp.Time, nil
@@ -197,9 +186,9 @@ func samePinned(rt *trainer.TrainingRuntime, hash string) error {
 	if err != nil {
 		return err
 	}
-	if rt.Labels[LabelPinned] != "true" || rt.Annotations[AnnotationHash] != hash || have != hash {
+	if rt.Labels[v1alpha1.LabelPinnedRuntime] != "true" || rt.Annotations[v1alpha1.AnnotationRuntimeHash] != hash || have != hash {
 		return fmt.Errorf("%w: TrainingRuntime %q in namespace %q holds %s (annotated %q), this job's runtime hashes %s; an administrator must delete it",
-			ErrPinnedCopyMismatch, rt.Name, rt.Namespace, have, rt.Annotations[AnnotationHash], hash)
+			ErrPinnedCopyMismatch, rt.Name, rt.Namespace, have, rt.Annotations[v1alpha1.AnnotationRuntimeHash], hash)
 	}
 	return nil
 }
@@ -218,7 +207,7 @@ func pinnedName(source, hash string) string {
 // PinnedRef is the reference to tj's pinned copy, from its pin annotations;
 // a job without them, or with malformed ones, is ErrNotPinned.
 func PinnedRef(tj *trainer.TrainJob) (trainer.RuntimeRef, error) {
-	source, hash := tj.Annotations[AnnotationSource], tj.Annotations[AnnotationHash]
+	source, hash := tj.Annotations[v1alpha1.AnnotationRuntimeSource], tj.Annotations[v1alpha1.AnnotationRuntimeHash]
 	_, name, ok := strings.Cut(source, "/")
 	if !ok || name == "" || !validHash(hash) {
 		return trainer.RuntimeRef{}, notPinned(tj)
@@ -266,6 +255,6 @@ func DefaultFluxNodes(tj *trainer.TrainJob, spec *trainer.TrainingRuntimeSpec) {
 		tj.Spec.Trainer = &trainer.Trainer{}
 	}
 	if tj.Spec.Trainer.NumNodes == nil {
-		tj.Spec.Trainer.NumNodes = ptr.To(ptr.Deref(spec.MLPolicy.NumNodes, 1))
+		tj.Spec.Trainer.NumNodes = ptr.To(backends.NumNodes(&tj.Spec, spec))
 	}
 }

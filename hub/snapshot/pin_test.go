@@ -20,18 +20,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // squatter is a TrainingRuntime a tenant made under the name the webhook
 // will compute for torch-distributed as it is now.
 func squatter(t *testing.T, mutate func(*trainer.TrainingRuntime)) *trainer.TrainingRuntime {
 	t.Helper()
-	_, hash := mustEncode(t, tyt.TorchRuntimeSpec(1))
-	rt := trainingRuntime(pinnedName("torch-distributed", hash), ns, tyt.TorchRuntimeSpec(1))
-	rt.Labels = map[string]string{LabelPinned: "true"}
-	rt.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: hash}
+	_, hash := mustEncode(t, tytesting.TorchRuntimeSpec(1))
+	rt := trainingRuntime(pinnedName("torch-distributed", hash), ns, tytesting.TorchRuntimeSpec(1))
+	rt.Labels = map[string]string{v1alpha1.LabelPinnedRuntime: "true"}
+	rt.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch-distributed", v1alpha1.AnnotationRuntimeHash: hash}
 	mutate(rt)
 	return rt
 }
@@ -40,19 +42,19 @@ func squatter(t *testing.T, mutate func(*trainer.TrainingRuntime)) *trainer.Trai
 // computed name is used only if it is a pinned copy of the same content.
 func TestPinRefusesCopyOfOtherContent(t *testing.T) {
 	cases := map[string]func(*trainer.TrainingRuntime){
-		"a bigger spec under the pinned name": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8) },
+		"a bigger spec under the pinned name": func(rt *trainer.TrainingRuntime) { rt.Spec = tytesting.TorchRuntimeSpec(8) },
 		"a bigger spec annotated with its own hash": func(rt *trainer.TrainingRuntime) {
-			rt.Spec = tyt.TorchRuntimeSpec(8)
-			_, rt.Annotations[AnnotationHash], _ = Encode(rt.Spec)
+			rt.Spec = tytesting.TorchRuntimeSpec(8)
+			_, rt.Annotations[v1alpha1.AnnotationRuntimeHash], _ = Encode(rt.Spec)
 		},
 		"the right spec without the pinned label":    func(rt *trainer.TrainingRuntime) { rt.Labels = nil },
-		"the right spec annotated with another hash": func(rt *trainer.TrainingRuntime) { rt.Annotations[AnnotationHash] = "sha256:0123" },
+		"the right spec annotated with another hash": func(rt *trainer.TrainingRuntime) { rt.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:0123" },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt := squatter(t, mutate)
-			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
-			tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
+			c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
+			tj := tytesting.MakeTrainJob("train", ns).Queue("q").Obj()
 			before := tj.DeepCopy()
 			err := Pin(context.Background(), c, c, tj)
 			if !errors.Is(err, ErrPinnedCopyMismatch) {
@@ -71,18 +73,20 @@ func TestPinRefusesCopyOfOtherContent(t *testing.T) {
 	}
 }
 
-// TestPinTouchesReusedCopy: reusing a copy stamps AnnotationPinnedAt, an
+// TestPinTouchesReusedCopy: reusing a copy stamps v1alpha1.AnnotationPinnedAt, an
 // update at the version read, so a collector holding an older version
 // cannot delete it.
 func TestPinTouchesReusedCopy(t *testing.T) {
-	rt := squatter(t, func(rt *trainer.TrainingRuntime) { rt.Annotations[AnnotationPinnedAt] = "2020-01-01T00:00:00Z" })
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
+	rt := squatter(t, func(rt *trainer.TrainingRuntime) {
+		rt.Annotations[v1alpha1.AnnotationPinnedAt] = "2020-01-01T00:00:00Z"
+	})
+	c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt)
 	var old trainer.TrainingRuntime
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(rt), &old); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	tj := tyt.MakeTrainJob("train", ns).Obj()
+	tj := tytesting.MakeTrainJob("train", ns).Obj()
 	if _, err := pinAt(context.Background(), c, c, tj, reuse{now: now}); err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +94,8 @@ func TestPinTouchesReusedCopy(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(rt), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Annotations[AnnotationPinnedAt] != now.Format(time.RFC3339) {
-		t.Errorf("%s = %q, want %s", AnnotationPinnedAt, got.Annotations[AnnotationPinnedAt], now.Format(time.RFC3339))
+	if got.Annotations[v1alpha1.AnnotationPinnedAt] != now.Format(time.RFC3339) {
+		t.Errorf("%s = %q, want %s", v1alpha1.AnnotationPinnedAt, got.Annotations[v1alpha1.AnnotationPinnedAt], now.Format(time.RFC3339))
 	}
 	err := c.Delete(context.Background(), &old, client.Preconditions{UID: &old.UID, ResourceVersion: &old.ResourceVersion})
 	if !apierrors.IsConflict(err) {
@@ -116,7 +120,7 @@ func TestPinRecreatesCopyCollectedMidway(t *testing.T) {
 				}
 			}
 			c := fake.NewClientBuilder().WithScheme(testScheme()).
-				WithObjects(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt).
+				WithObjects(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj(), rt).
 				WithInterceptorFuncs(interceptor.Funcs{
 					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, o ...client.GetOption) error {
 						if _, ok := obj.(*trainer.TrainingRuntime); ok && at == "get" && key.Name == rt.Name {
@@ -131,7 +135,7 @@ func TestPinRecreatesCopyCollectedMidway(t *testing.T) {
 						return c.Update(ctx, obj, o...)
 					},
 				}).Build()
-			tj := tyt.MakeTrainJob("train", ns).Obj()
+			tj := tytesting.MakeTrainJob("train", ns).Obj()
 			mustPin(t, c, tj)
 			if !collected {
 				t.Fatal("the copy was never collected: the test did not exercise the race")
@@ -148,24 +152,24 @@ func TestPinRecreatesCopyCollectedMidway(t *testing.T) {
 // under the hub (a privileged client past the policy, or a delete and a
 // re-create) is not dispatched.
 func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-	tj := tyt.MakeTrainJob("train", ns).Obj()
+	c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	tj := tytesting.MakeTrainJob("train", ns).Obj()
 	mustPin(t, c, tj)
 	if _, err := Take(context.Background(), c, tj); err != nil {
 		t.Fatalf("Take of the untouched copy: %v", err)
 	}
 	cases := map[string]func(*trainer.TrainingRuntime){
-		"a bigger spec": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8) },
+		"a bigger spec": func(rt *trainer.TrainingRuntime) { rt.Spec = tytesting.TorchRuntimeSpec(8) },
 		"a bigger spec, annotated to match it": func(rt *trainer.TrainingRuntime) {
-			rt.Spec = tyt.TorchRuntimeSpec(8)
-			rt.Annotations[AnnotationHash] = "x"
+			rt.Spec = tytesting.TorchRuntimeSpec(8)
+			rt.Annotations[v1alpha1.AnnotationRuntimeHash] = "x"
 		},
-		"a bigger spec, unlabelled": func(rt *trainer.TrainingRuntime) { rt.Spec = tyt.TorchRuntimeSpec(8); rt.Labels = nil },
+		"a bigger spec, unlabelled": func(rt *trainer.TrainingRuntime) { rt.Spec = tytesting.TorchRuntimeSpec(8); rt.Labels = nil },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
-			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-			tj := tyt.MakeTrainJob("train", ns).Obj()
+			c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			tj := tytesting.MakeTrainJob("train", ns).Obj()
 			mustPin(t, c, tj)
 			var rt trainer.TrainingRuntime
 			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: copyName(t, tj)}, &rt); err != nil {
@@ -176,7 +180,7 @@ func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := Take(context.Background(), c, tj)
-			if !errors.Is(err, ErrSnapshotMismatch) || !strings.Contains(err.Error(), tj.Annotations[AnnotationHash]) {
+			if !errors.Is(err, ErrSnapshotMismatch) || !strings.Contains(err.Error(), tj.Annotations[v1alpha1.AnnotationRuntimeHash]) {
 				t.Fatalf("Take error = %v, want %v naming the pinned hash", err, ErrSnapshotMismatch)
 			}
 		})
@@ -188,19 +192,23 @@ func TestTakeRefusesChangedPinnedCopy(t *testing.T) {
 // one the tenant can still edit. The same job pinned is taken.
 func TestTakeRefusesUnpinned(t *testing.T) {
 	cases := map[string]func(*trainer.TrainJob){
-		"pinned":                  nil,
-		"no pin annotations":      func(tj *trainer.TrainJob) { tj.Annotations = nil },
-		"the hash only":           func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationSource) },
-		"the source only":         func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationHash) },
-		"empty annotations":       func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash], tj.Annotations[AnnotationSource] = "", "" },
-		"a short hash":            func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash] = "sha256:0123" },
-		"a hash of another kind":  func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash] = "md5:" + strings.Repeat("0", 64) },
-		"a source without a kind": func(tj *trainer.TrainJob) { tj.Annotations[AnnotationSource] = "torch-distributed" },
+		"pinned":             nil,
+		"no pin annotations": func(tj *trainer.TrainJob) { tj.Annotations = nil },
+		"the hash only":      func(tj *trainer.TrainJob) { delete(tj.Annotations, v1alpha1.AnnotationRuntimeSource) },
+		"the source only":    func(tj *trainer.TrainJob) { delete(tj.Annotations, v1alpha1.AnnotationRuntimeHash) },
+		"empty annotations": func(tj *trainer.TrainJob) {
+			tj.Annotations[v1alpha1.AnnotationRuntimeHash], tj.Annotations[v1alpha1.AnnotationRuntimeSource] = "", ""
+		},
+		"a short hash": func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:0123" },
+		"a hash of another kind": func(tj *trainer.TrainJob) {
+			tj.Annotations[v1alpha1.AnnotationRuntimeHash] = "md5:" + strings.Repeat("0", 64)
+		},
+		"a source without a kind": func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationRuntimeSource] = "torch-distributed" },
 	}
 	for name, edit := range cases {
 		t.Run(name, func(t *testing.T) {
-			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-			tj := tyt.MakeTrainJob("train", ns).Obj()
+			c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			tj := tytesting.MakeTrainJob("train", ns).Obj()
 			mustPin(t, c, tj)
 			if edit == nil {
 				if _, err := Take(context.Background(), c, tj); err != nil {
@@ -213,7 +221,7 @@ func TestTakeRefusesUnpinned(t *testing.T) {
 			if !errors.Is(err, ErrNotPinned) {
 				t.Fatalf("Take error = %v, want %v", err, ErrNotPinned)
 			}
-			for _, want := range []string{QueueLabel, tj.Spec.RuntimeRef.Name, "create it again with the label"} {
+			for _, want := range []string{kueueconstants.QueueLabel, tj.Spec.RuntimeRef.Name, "create it again with the label"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("Take error %q does not say %q", err, want)
 				}
@@ -225,14 +233,14 @@ func TestTakeRefusesUnpinned(t *testing.T) {
 // TestPinWebhookStampsClock: the webhook stamps the copy with its clock.
 func TestPinWebhookStampsClock(t *testing.T) {
 	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
 	w := &PinWebhook{Reader: c, Client: c, Clock: clocktesting.NewFakePassiveClock(now)}
-	resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).Obj(), false))
+	resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tytesting.MakeTrainJob("train", ns).Obj(), false))
 	if !resp.Allowed {
 		t.Fatalf("refused: %+v", resp.Result)
 	}
 	copies := pinnedCopies(t, c, ns)
-	if len(copies) != 1 || copies[0].Annotations[AnnotationPinnedAt] != now.Format(time.RFC3339) {
+	if len(copies) != 1 || copies[0].Annotations[v1alpha1.AnnotationPinnedAt] != now.Format(time.RFC3339) {
 		t.Errorf("copies %v, want one stamped %s", copies, now.Format(time.RFC3339))
 	}
 }
@@ -268,12 +276,12 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	stamped := func(ago time.Duration) func(*trainer.TrainingRuntime) {
 		return func(rt *trainer.TrainingRuntime) {
-			rt.Annotations[AnnotationPinnedAt] = now.Add(-ago).Format(time.RFC3339)
+			rt.Annotations[v1alpha1.AnnotationPinnedAt] = now.Add(-ago).Format(time.RFC3339)
 		}
 	}
 	otherContent := func(rt *trainer.TrainingRuntime) {
 		stamped(0)(rt)
-		rt.Spec = tyt.TorchRuntimeSpec(8)
+		rt.Spec = tytesting.TorchRuntimeSpec(8)
 	}
 	cases := map[string]struct {
 		live, cached func(*trainer.TrainingRuntime) // cached nil: not in the cache
@@ -301,12 +309,12 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			live := squatter(t, tc.live)
-			c, writes, reads := countingClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(), live)
+			c, writes, reads := countingClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj(), live)
 			u := reuse{now: now, within: tc.within}
 			if tc.cached != nil {
 				u.cache = newClient(squatter(t, tc.cached))
 			}
-			tj := tyt.MakeTrainJob("train", ns).Obj()
+			tj := tytesting.MakeTrainJob("train", ns).Obj()
 			_, err := pinAt(context.Background(), c, c, tj, u)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("pin error = %v, want %v", err, tc.wantErr)
@@ -324,8 +332,8 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 			if err := c.Get(context.Background(), client.ObjectKeyFromObject(live), &got); err != nil {
 				t.Fatal(err)
 			}
-			if at := got.Annotations[AnnotationPinnedAt]; at != tc.wantStamp.Format(time.RFC3339) {
-				t.Errorf("%s = %q, want %s", AnnotationPinnedAt, at, tc.wantStamp.Format(time.RFC3339))
+			if at := got.Annotations[v1alpha1.AnnotationPinnedAt]; at != tc.wantStamp.Format(time.RFC3339) {
+				t.Errorf("%s = %q, want %s", v1alpha1.AnnotationPinnedAt, at, tc.wantStamp.Format(time.RFC3339))
 			}
 		})
 	}
@@ -336,7 +344,7 @@ func TestPinReusesFreshCopyWithoutWrites(t *testing.T) {
 // reuse it; every job points at it.
 func TestPinBurstWritesTheCopyOnce(t *testing.T) {
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	c, writes, _ := countingClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	c, writes, _ := countingClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
 	const jobs = 32
 	names := make([]string, jobs)
 	var wg sync.WaitGroup
@@ -345,7 +353,7 @@ func TestPinBurstWritesTheCopyOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tj := tyt.MakeTrainJob(fmt.Sprintf("train-%d", i), ns).Obj()
+			tj := tytesting.MakeTrainJob(fmt.Sprintf("train-%d", i), ns).Obj()
 			_, err := pinAt(context.Background(), c, c, tj, reuse{now: now, within: time.Minute})
 			errs <- err
 			if ref, err := PinnedRef(tj); err == nil {

@@ -82,11 +82,11 @@ func fieldManager(req admission.Request) string {
 //     deactivating its Workload, and Kueue would unsuspend an admitted job
 //     at once anyway.
 func KeepPin(old, tj *trainer.TrainJob, manager string) bool {
-	if old.Annotations[AnnotationHash] == "" || old.Annotations[AnnotationSource] == "" {
+	if old.Annotations[v1alpha1.AnnotationRuntimeHash] == "" || old.Annotations[v1alpha1.AnnotationRuntimeSource] == "" {
 		return false
 	}
 	changed := false
-	for _, k := range []string{AnnotationSource, AnnotationHash} {
+	for _, k := range []string{v1alpha1.AnnotationRuntimeSource, v1alpha1.AnnotationRuntimeHash} {
 		if _, ok := tj.Annotations[k]; !ok {
 			if tj.Annotations == nil {
 				tj.Annotations = map[string]string{}

@@ -12,14 +12,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // pinnedUpdateBase is a TrainJob as the pinning webhook leaves it: the
 // user's runtimeRef and the pin annotations.
 func pinnedUpdateBase() *trainer.TrainJob {
-	tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
-	tj.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: "sha256:0123456789ab", "team": "a"}
+	tj := tytesting.MakeTrainJob("train", ns).Queue("q").Obj()
+	tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch-distributed", v1alpha1.AnnotationRuntimeHash: "sha256:0123456789ab", "team": "a"}
 	return tj
 }
 
@@ -50,8 +50,8 @@ func TestKeepPin(t *testing.T) {
 		"both pin annotations dropped": {
 			old: pinnedUpdateBase(),
 			update: func(tj *trainer.TrainJob) {
-				delete(tj.Annotations, AnnotationSource)
-				delete(tj.Annotations, AnnotationHash)
+				delete(tj.Annotations, v1alpha1.AnnotationRuntimeSource)
+				delete(tj.Annotations, v1alpha1.AnnotationRuntimeHash)
 			},
 			wantChanged: true,
 		},
@@ -63,7 +63,7 @@ func TestKeepPin(t *testing.T) {
 		},
 		"one dropped": {
 			old:         pinnedUpdateBase(),
-			update:      func(tj *trainer.TrainJob) { delete(tj.Annotations, AnnotationHash) },
+			update:      func(tj *trainer.TrainJob) { delete(tj.Annotations, v1alpha1.AnnotationRuntimeHash) },
 			wantChanged: true,
 		},
 		"unchanged": {old: pinnedUpdateBase(), update: func(*trainer.TrainJob) {}},
@@ -98,11 +98,11 @@ func TestKeepPin(t *testing.T) {
 		},
 		"a changed pin annotation stays, to be refused by the policy": {
 			old:    pinnedUpdateBase(),
-			update: func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash] = "sha256:other" },
-			want:   func(tj *trainer.TrainJob) { tj.Annotations[AnnotationHash] = "sha256:other" },
+			update: func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:other" },
+			want:   func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:other" },
 		},
 		"an unpinned job is not ours": {
-			old:    tyt.MakeTrainJob("train", ns).Queue("q").Obj(),
+			old:    tytesting.MakeTrainJob("train", ns).Queue("q").Obj(),
 			update: func(tj *trainer.TrainJob) { tj.Annotations = map[string]string{"x": "y"} },
 			want:   func(tj *trainer.TrainJob) { tj.Annotations = map[string]string{"x": "y"} },
 		},
@@ -130,7 +130,7 @@ func TestKeepPin(t *testing.T) {
 func TestKeepPinWebhookPatch(t *testing.T) {
 	old := pinnedUpdateBase()
 	tj := old.DeepCopy()
-	delete(tj.Annotations, AnnotationHash)
+	delete(tj.Annotations, v1alpha1.AnnotationRuntimeHash)
 	req := admissionRequest(t, admissionv1.Update, tj, true)
 	oldRaw, err := json.Marshal(old)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
@@ -48,7 +49,7 @@ func notPinned(tj *trainer.TrainJob) error {
 	return fmt.Errorf("%w: trainyard pins the runtime of a TrainJob created with the %s label, and this one was created "+
 		"without it (or while trainyard's pinning webhook was off), so it names the live %s %q, which can change after Kueue "+
 		"admits the job; delete the TrainJob and create it again with the label",
-		ErrNotPinned, QueueLabel, ptr.Deref(tj.Spec.RuntimeRef.Kind, trainer.ClusterTrainingRuntimeKind), tj.Spec.RuntimeRef.Name)
+		ErrNotPinned, kueueconstants.QueueLabel, ptr.Deref(tj.Spec.RuntimeRef.Kind, trainer.ClusterTrainingRuntimeKind), tj.Spec.RuntimeRef.Name)
 }
 
 // resolve resolves the runtime tj names (the pinning webhook resolves the
@@ -89,7 +90,7 @@ func resolveRef(ctx context.Context, c client.Reader, tj *trainer.TrainJob, ref 
 	if err != nil {
 		return nil, err
 	}
-	want, against := tj.Annotations[AnnotationHash], "the hash recorded when it was pinned"
+	want, against := tj.Annotations[v1alpha1.AnnotationRuntimeHash], "the hash recorded when it was pinned"
 	if live != nil {
 		if _, want, err = Encode(*live); err != nil {
 			return nil, err
@@ -108,7 +109,7 @@ func resolveRef(ctx context.Context, c client.Reader, tj *trainer.TrainJob, ref 
 // does not stop, or deleted and re-created with other content) must not
 // run, since Kueue admitted the job for the recorded content.
 func checkPinned(tj *trainer.TrainJob, kind v1alpha1.RuntimeKind, name string, live *trainer.TrainingRuntimeSpec) error {
-	want := tj.Annotations[AnnotationHash]
+	want := tj.Annotations[v1alpha1.AnnotationRuntimeHash]
 	if want == "" || live == nil {
 		return nil
 	}

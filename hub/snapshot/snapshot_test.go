@@ -27,7 +27,7 @@ import (
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 const ns = "team-a"
@@ -61,7 +61,7 @@ var hashPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 func TestEncode(t *testing.T) {
 	withLabels := func(labels map[string]string) trainer.TrainingRuntimeSpec {
-		spec := tyt.TorchRuntimeSpec(2)
+		spec := tytesting.TorchRuntimeSpec(2)
 		spec.Template.Spec.ReplicatedJobs[0].Template.Labels = labels
 		return spec
 	}
@@ -71,17 +71,17 @@ func TestEncode(t *testing.T) {
 		forward[fmt.Sprintf("k%02d", i)] = "v"
 		backward[fmt.Sprintf("k%02d", 15-i)] = "v"
 	}
-	changedImage := tyt.TorchRuntimeSpec(2)
+	changedImage := tytesting.TorchRuntimeSpec(2)
 	changedImage.Template.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0].Image = "other:1"
 
 	cases := map[string]struct {
 		a, b      any
 		wantEqual bool
 	}{
-		"equal specs":                {a: tyt.TorchRuntimeSpec(2), b: tyt.TorchRuntimeSpec(2), wantEqual: true},
+		"equal specs":                {a: tytesting.TorchRuntimeSpec(2), b: tytesting.TorchRuntimeSpec(2), wantEqual: true},
 		"map order does not matter":  {a: withLabels(forward), b: withLabels(backward), wantEqual: true},
-		"a changed count":            {a: tyt.TorchRuntimeSpec(2), b: tyt.TorchRuntimeSpec(3)},
-		"a changed image":            {a: tyt.TorchRuntimeSpec(2), b: changedImage},
+		"a changed count":            {a: tytesting.TorchRuntimeSpec(2), b: tytesting.TorchRuntimeSpec(3)},
+		"a changed image":            {a: tytesting.TorchRuntimeSpec(2), b: changedImage},
 		"a changed map value":        {a: withLabels(map[string]string{"a": "1"}), b: withLabels(map[string]string{"a": "2"})},
 		"an added map key":           {a: withLabels(map[string]string{"a": "1"}), b: withLabels(map[string]string{"a": "1", "b": "1"})},
 		"nil and empty fields agree": {a: withLabels(nil), b: withLabels(map[string]string{}), wantEqual: true},
@@ -113,8 +113,8 @@ func TestEncode(t *testing.T) {
 // it: runtimeRef on the pinned copy, without the hub-only fields, the job
 // itself unchanged.
 func TestTrainJobSnapshot(t *testing.T) {
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-	tj := tyt.MakeTrainJob("train", ns).Suspend(true).NumNodes(2).GPUsPerNode(4).Obj()
+	c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	tj := tytesting.MakeTrainJob("train", ns).Suspend(true).NumNodes(2).GPUsPerNode(4).Obj()
 	mustPin(t, c, tj)
 	tj.UID = "tj-uid"
 	tj.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
@@ -168,15 +168,15 @@ func copyName(t *testing.T, tj *trainer.TrainJob) string {
 // TestResolve: how a runtimeRef is resolved, pinned or not (Take adds the
 // pin requirement, TestTakeRefusesUnpinned).
 func TestResolve(t *testing.T) {
-	clusterSpec, nsSpec, otherNSSpec := tyt.TorchRuntimeSpec(1), tyt.TorchRuntimeSpec(2), tyt.TorchRuntimeSpec(3)
+	clusterSpec, nsSpec, otherNSSpec := tytesting.TorchRuntimeSpec(1), tytesting.TorchRuntimeSpec(2), tytesting.TorchRuntimeSpec(3)
 	objs := []client.Object{
-		tyt.MakeClusterTrainingRuntime("torch-distributed").Spec(clusterSpec).Obj(),
+		tytesting.MakeClusterTrainingRuntime("torch-distributed").Spec(clusterSpec).Obj(),
 		trainingRuntime("mine", ns, nsSpec),
 		trainingRuntime("mine", "team-b", otherNSSpec),
 		trainingRuntime("theirs", "team-b", otherNSSpec),
 	}
 	job := func(mutate func(*trainer.RuntimeRef)) *trainer.TrainJob {
-		tj := tyt.MakeTrainJob("train", ns).Obj()
+		tj := tytesting.MakeTrainJob("train", ns).Obj()
 		mutate(&tj.Spec.RuntimeRef)
 		return tj
 	}
@@ -262,7 +262,7 @@ func TestResolve(t *testing.T) {
 func pinnedCopies(t *testing.T, c client.Reader, namespace string) []trainer.TrainingRuntime {
 	t.Helper()
 	var list trainer.TrainingRuntimeList
-	if err := c.List(context.Background(), &list, client.InNamespace(namespace), client.HasLabels{LabelPinned}); err != nil {
+	if err := c.List(context.Background(), &list, client.InNamespace(namespace), client.HasLabels{v1alpha1.LabelPinnedRuntime}); err != nil {
 		t.Fatalf("list runtimes: %v", err)
 	}
 	return list.Items
@@ -278,17 +278,17 @@ func mustPin(t *testing.T, c client.Client, tj *trainer.TrainJob) {
 func TestPinCreatesCopy(t *testing.T) {
 	cases := map[string]struct {
 		source     client.Object
-		ref        func(*tyt.TrainJobWrapper) *tyt.TrainJobWrapper
+		ref        func(*tytesting.TrainJobWrapper) *tytesting.TrainJobWrapper
 		sourceName string
 	}{
 		"from a ClusterTrainingRuntime": {
-			source:     tyt.MakeClusterTrainingRuntime("torch-distributed").Obj(),
-			ref:        func(w *tyt.TrainJobWrapper) *tyt.TrainJobWrapper { return w },
+			source:     tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj(),
+			ref:        func(w *tytesting.TrainJobWrapper) *tytesting.TrainJobWrapper { return w },
 			sourceName: "ClusterTrainingRuntime/torch-distributed",
 		},
 		"from a TrainingRuntime": {
-			source: trainingRuntime("mine", ns, tyt.TorchRuntimeSpec(1)),
-			ref: func(w *tyt.TrainJobWrapper) *tyt.TrainJobWrapper {
+			source: trainingRuntime("mine", ns, tytesting.TorchRuntimeSpec(1)),
+			ref: func(w *tytesting.TrainJobWrapper) *tytesting.TrainJobWrapper {
 				return w.RuntimeRef(trainer.TrainingRuntimeKind, "mine")
 			},
 			sourceName: "TrainingRuntime/mine",
@@ -297,11 +297,11 @@ func TestPinCreatesCopy(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(tc.source)
-			tj := tc.ref(tyt.MakeTrainJob("train", ns)).Obj()
+			tj := tc.ref(tytesting.MakeTrainJob("train", ns)).Obj()
 			userRef := tj.Spec.RuntimeRef
 			mustPin(t, c, tj)
 
-			_, hash := mustEncode(t, tyt.TorchRuntimeSpec(1))
+			_, hash := mustEncode(t, tytesting.TorchRuntimeSpec(1))
 			wantName := pinnedName(tc.source.GetName(), hash)
 			if diff := cmp.Diff(userRef, tj.Spec.RuntimeRef); diff != "" {
 				t.Errorf("Pin changed runtimeRef (-user +got):\n%s", diff)
@@ -309,7 +309,7 @@ func TestPinCreatesCopy(t *testing.T) {
 			if got := copyName(t, tj); got != wantName {
 				t.Errorf("pinned to %q, want %q", got, wantName)
 			}
-			wantAnn := map[string]string{AnnotationSource: tc.sourceName, AnnotationHash: hash}
+			wantAnn := map[string]string{v1alpha1.AnnotationRuntimeSource: tc.sourceName, v1alpha1.AnnotationRuntimeHash: hash}
 			if diff := cmp.Diff(wantAnn, tj.Annotations); diff != "" {
 				t.Errorf("TrainJob annotations (-want +got):\n%s", diff)
 			}
@@ -318,14 +318,14 @@ func TestPinCreatesCopy(t *testing.T) {
 				t.Fatalf("got %d pinned copies, want 1", len(copies))
 			}
 			got := copies[0]
-			if _, err := time.Parse(time.RFC3339, got.Annotations[AnnotationPinnedAt]); err != nil {
-				t.Errorf("pinned copy's %s: %v", AnnotationPinnedAt, err)
+			if _, err := time.Parse(time.RFC3339, got.Annotations[v1alpha1.AnnotationPinnedAt]); err != nil {
+				t.Errorf("pinned copy's %s: %v", v1alpha1.AnnotationPinnedAt, err)
 			}
-			delete(got.Annotations, AnnotationPinnedAt)
+			delete(got.Annotations, v1alpha1.AnnotationPinnedAt)
 			want := trainer.TrainingRuntime{
 				ObjectMeta: metav1.ObjectMeta{Name: wantName, Namespace: ns,
-					Labels: map[string]string{LabelPinned: "true"}, Annotations: wantAnn},
-				Spec: tyt.TorchRuntimeSpec(1),
+					Labels: map[string]string{v1alpha1.LabelPinnedRuntime: "true"}, Annotations: wantAnn},
+				Spec: tytesting.TorchRuntimeSpec(1),
 			}
 			if diff := cmp.Diff(want.ObjectMeta, got.ObjectMeta, cmpIgnoreServerMeta); diff != "" {
 				t.Errorf("pinned copy metadata (-want +got):\n%s", diff)
@@ -354,8 +354,8 @@ var cmpIgnoreServerMeta = cmp.FilterPath(func(p cmp.Path) bool {
 }, cmp.Ignore())
 
 func TestPinReusesCopyOfSameContent(t *testing.T) {
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-	first, second := tyt.MakeTrainJob("first", ns).Obj(), tyt.MakeTrainJob("second", ns).Obj()
+	c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	first, second := tytesting.MakeTrainJob("first", ns).Obj(), tytesting.MakeTrainJob("second", ns).Obj()
 	mustPin(t, c, first)
 	mustPin(t, c, second) // the copy exists: Create meets AlreadyExists
 	if a, b := copyName(t, first), copyName(t, second); a != b {
@@ -369,10 +369,10 @@ func TestPinReusesCopyOfSameContent(t *testing.T) {
 // TestPinRefusesPresetAnnotations: a job that arrives with either pin
 // annotation is refused, whatever runtime it names, and nothing is pinned.
 func TestPinRefusesPresetAnnotations(t *testing.T) {
-	for _, key := range []string{AnnotationSource, AnnotationHash} {
+	for _, key := range []string{v1alpha1.AnnotationRuntimeSource, v1alpha1.AnnotationRuntimeHash} {
 		t.Run(key, func(t *testing.T) {
-			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-			tj := tyt.MakeTrainJob("train", ns).Obj()
+			c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			tj := tytesting.MakeTrainJob("train", ns).Obj()
 			tj.Annotations = map[string]string{key: "sha256:0123"}
 			before := tj.DeepCopy()
 			if err := Pin(context.Background(), c, c, tj); !errors.Is(err, ErrPresetPin) {
@@ -389,24 +389,24 @@ func TestPinRefusesPresetAnnotations(t *testing.T) {
 }
 
 func TestPinDifferentContentGetsNewCopy(t *testing.T) {
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
-	before := tyt.MakeTrainJob("before", ns).Obj()
+	c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	before := tytesting.MakeTrainJob("before", ns).Obj()
 	mustPin(t, c, before)
 	var src trainer.ClusterTrainingRuntime
 	if err := c.Get(context.Background(), client.ObjectKey{Name: "torch-distributed"}, &src); err != nil {
 		t.Fatal(err)
 	}
-	src.Spec = tyt.TorchRuntimeSpec(4)
+	src.Spec = tytesting.TorchRuntimeSpec(4)
 	if err := c.Update(context.Background(), &src); err != nil {
 		t.Fatal(err)
 	}
-	after := tyt.MakeTrainJob("after", ns).Obj()
+	after := tytesting.MakeTrainJob("after", ns).Obj()
 	mustPin(t, c, after)
 	if copyName(t, before) == copyName(t, after) {
 		t.Errorf("both jobs pinned to %s although the runtime changed in between", copyName(t, after))
 	}
-	if before.Annotations[AnnotationHash] == after.Annotations[AnnotationHash] {
-		t.Errorf("both jobs record hash %s", after.Annotations[AnnotationHash])
+	if before.Annotations[v1alpha1.AnnotationRuntimeHash] == after.Annotations[v1alpha1.AnnotationRuntimeHash] {
+		t.Errorf("both jobs record hash %s", after.Annotations[v1alpha1.AnnotationRuntimeHash])
 	}
 	copies := pinnedCopies(t, c, ns)
 	if len(copies) != 2 {
@@ -416,7 +416,7 @@ func TestPinDifferentContentGetsNewCopy(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: copyName(t, before)}, &old); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(tyt.TorchRuntimeSpec(1), old.Spec); diff != "" {
+	if diff := cmp.Diff(tytesting.TorchRuntimeSpec(1), old.Spec); diff != "" {
 		t.Errorf("the first copy changed (-want +got):\n%s", diff)
 	}
 }
@@ -429,7 +429,7 @@ func TestPinErrors(t *testing.T) {
 	}{
 		"the runtime is missing": {wantErr: ErrRuntimeNotFound},
 		"creating the copy fails": {
-			objs:      []client.Object{tyt.MakeClusterTrainingRuntime("torch-distributed").Obj()},
+			objs:      []client.Object{tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj()},
 			createErr: apierrors.NewServiceUnavailable("etcd is down"),
 		},
 	}
@@ -442,7 +442,7 @@ func TestPinErrors(t *testing.T) {
 				}})
 			}
 			c := b.Build()
-			tj := tyt.MakeTrainJob("train", ns).Obj()
+			tj := tytesting.MakeTrainJob("train", ns).Obj()
 			before := tj.DeepCopy()
 			err := Pin(context.Background(), c, c, tj)
 			want := tc.wantErr

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 type noopIndexer struct{}
@@ -77,15 +77,15 @@ func withKinds(c client.WithWatch) client.WithWatch {
 func pinnedToTrainingRuntime(spec trainer.TrainingRuntimeSpec) (*trainer.TrainJob, *trainer.TrainingRuntime) {
 	_, hash, _ := Encode(spec)
 	rt := trainingRuntime(pinnedName("torch", hash), ns, spec)
-	rt.Labels = map[string]string{LabelPinned: "true"}
-	tj := tyt.MakeTrainJob("train", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name).Obj()
+	rt.Labels = map[string]string{v1alpha1.LabelPinnedRuntime: "true"}
+	tj := tytesting.MakeTrainJob("train", ns).RuntimeRef(trainer.TrainingRuntimeKind, rt.Name).Obj()
 	tj.UID = "uid-train"
-	tj.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch", AnnotationHash: hash}
+	tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch", v1alpha1.AnnotationRuntimeHash: hash}
 	return tj, rt
 }
 
 func TestTakeUsesTrainersSnapshot(t *testing.T) {
-	spec, other := tyt.TorchRuntimeSpec(2), tyt.TorchRuntimeSpec(5)
+	spec, other := tytesting.TorchRuntimeSpec(2), tytesting.TorchRuntimeSpec(5)
 	_, otherHash := mustEncode(t, other)
 	setData := func(f func(*snapshotRuntime)) func(*corev1.ConfigMap) {
 		return func(cm *corev1.ConfigMap) {
@@ -204,9 +204,9 @@ func TestTakeUsesTrainersSnapshot(t *testing.T) {
 // but the resolution under it reads) is read the same way.
 func TestTakeSnapshotFromClusterRuntime(t *testing.T) {
 	ctx := context.Background()
-	spec := tyt.TorchRuntimeSpec(3)
-	crt := tyt.MakeClusterTrainingRuntime("torch-distributed").Spec(spec).Obj()
-	tj := tyt.MakeTrainJob("train", ns).Obj()
+	spec := tytesting.TorchRuntimeSpec(3)
+	crt := tytesting.MakeClusterTrainingRuntime("torch-distributed").Spec(spec).Obj()
+	tj := tytesting.MakeTrainJob("train", ns).Obj()
 	tj.UID = "uid-train"
 	c := newClient(crt, tj)
 	trainerSnapshots(t, c, tj)
@@ -226,7 +226,7 @@ func TestTakeSnapshotFromClusterRuntime(t *testing.T) {
 // TestTakeSnapshotReads: a job not created yet (the pinning webhook) costs no
 // ConfigMap read, and a failed read is an error, never "no snapshot".
 func TestTakeSnapshotReads(t *testing.T) {
-	spec := tyt.TorchRuntimeSpec(2)
+	spec := tytesting.TorchRuntimeSpec(2)
 	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "train"+TrainerSnapshotSuffix, errors.New("rbac"))
 	for name, tc := range map[string]struct {
 		uid       types.UID

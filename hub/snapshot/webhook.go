@@ -15,15 +15,13 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
 	kueuetrainjob "sigs.k8s.io/kueue/pkg/controller/jobs/trainjob"
 )
 
 // WebhookPath is where the hub serves the pinning webhook.
 const WebhookPath = "/mutate-trainer-kubeflow-org-v1alpha1-trainjob-pin-runtime"
-
-// QueueLabel selects the TrainJobs Kueue (and so trainyard) manages.
-const QueueLabel = "kueue.x-k8s.io/queue-name"
 
 // PinWebhook pins the runtime of every queued TrainJob at creation, and
 // does there what Kueue's own TrainJob webhook did before trainyard took
@@ -37,7 +35,7 @@ type PinWebhook struct {
 	// first for a fresh copy, and Kueue's suspend rule reads the job's
 	// owners through it.
 	Client client.Client
-	// Clock stamps AnnotationPinnedAt (default: the real clock).
+	// Clock stamps the pinned-at annotation (default: the real clock).
 	Clock clock.PassiveClock
 	// RestampAfter: a pinned copy stamped less than this ago is reused
 	// without a write (0: every job stamps it). Keep it a small share of
@@ -143,7 +141,7 @@ func WebhookConfiguration(base string, caBundle []byte) *admissionregv1.Mutating
 		}}
 	}
 	queued := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-		Key: QueueLabel, Operator: metav1.LabelSelectorOpExists,
+		Key: kueueconstants.QueueLabel, Operator: metav1.LabelSelectorOpExists,
 	}}}
 	return &admissionregv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "trainyard-pin-runtime"},

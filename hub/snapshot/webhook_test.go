@@ -15,7 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func admissionRequest(t *testing.T, op admissionv1.Operation, tj *trainer.TrainJob, dryRun bool) admission.Request {
@@ -57,21 +58,21 @@ func patched(t *testing.T, req admission.Request, resp admission.Response) *trai
 // did); runtimeRef and the rest of the spec stay as written. A dry run is
 // suspended but not pinned.
 func TestPinWebhookPatchesCreate(t *testing.T) {
-	_, hash := mustEncode(t, tyt.TorchRuntimeSpec(1))
-	pin := map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: hash}
+	_, hash := mustEncode(t, tytesting.TorchRuntimeSpec(1))
+	pin := map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch-distributed", v1alpha1.AnnotationRuntimeHash: hash}
 	cases := map[string]struct {
 		tj         *trainer.TrainJob
 		dryRun     bool
 		wantPin    map[string]string
 		wantCopies int
 	}{
-		"a queued job":                {tj: tyt.MakeTrainJob("train", ns).Queue("q").NumNodes(2).Obj(), wantPin: pin, wantCopies: 1},
-		"a job asking to run at once": {tj: tyt.MakeTrainJob("train", ns).Queue("q").Suspend(false).Obj(), wantPin: pin, wantCopies: 1},
-		"a dry run":                   {tj: tyt.MakeTrainJob("train", ns).Queue("q").Obj(), dryRun: true},
+		"a queued job":                {tj: tytesting.MakeTrainJob("train", ns).Queue("q").NumNodes(2).Obj(), wantPin: pin, wantCopies: 1},
+		"a job asking to run at once": {tj: tytesting.MakeTrainJob("train", ns).Queue("q").Suspend(false).Obj(), wantPin: pin, wantCopies: 1},
+		"a dry run":                   {tj: tytesting.MakeTrainJob("train", ns).Queue("q").Obj(), dryRun: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
 			w := &PinWebhook{Reader: c, Client: c}
 			req := admissionRequest(t, admissionv1.Create, tc.tj, tc.dryRun)
 			resp := w.Handle(context.Background(), req)
@@ -93,7 +94,7 @@ func TestPinWebhookPatchesCreate(t *testing.T) {
 
 func TestPinWebhookAllowsWithoutPinning(t *testing.T) {
 	runtimeRef := func(kind, name string) *trainer.TrainJob {
-		return tyt.MakeTrainJob("train", ns).Queue("q").Suspend(true).RuntimeRef(kind, name).Obj()
+		return tytesting.MakeTrainJob("train", ns).Queue("q").Suspend(true).RuntimeRef(kind, name).Obj()
 	}
 	cases := map[string]struct {
 		op     admissionv1.Operation
@@ -110,7 +111,7 @@ func TestPinWebhookAllowsWithoutPinning(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
 			w := &PinWebhook{Reader: c, Client: c}
 			resp := w.Handle(context.Background(), admissionRequest(t, tc.op, tc.tj, tc.dryRun))
 			if !resp.Allowed || len(resp.Patches) != 0 {
@@ -124,8 +125,8 @@ func TestPinWebhookAllowsWithoutPinning(t *testing.T) {
 }
 
 func pinnedJob() *trainer.TrainJob {
-	tj := tyt.MakeTrainJob("train", ns).Queue("q").RuntimeRef(trainer.TrainingRuntimeKind, "torch-distributed-0123456789ab").Obj()
-	tj.Annotations = map[string]string{AnnotationSource: "ClusterTrainingRuntime/torch-distributed", AnnotationHash: "sha256:0123"}
+	tj := tytesting.MakeTrainJob("train", ns).Queue("q").RuntimeRef(trainer.TrainingRuntimeKind, "torch-distributed-0123456789ab").Obj()
+	tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "ClusterTrainingRuntime/torch-distributed", v1alpha1.AnnotationRuntimeHash: "sha256:0123"}
 	return tj
 }
 
@@ -137,21 +138,21 @@ func TestPinWebhookRefuses(t *testing.T) {
 	}{
 		"a missing ClusterTrainingRuntime": {
 			req: func(t *testing.T) admission.Request {
-				return admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "no-such-runtime").Obj(), false)
+				return admissionRequest(t, admissionv1.Create, tytesting.MakeTrainJob("train", ns).RuntimeRef(trainer.ClusterTrainingRuntimeKind, "no-such-runtime").Obj(), false)
 			},
 			wantCode: http.StatusForbidden,
 			wantMsg:  []string{"cannot pin", "ClusterTrainingRuntime", `"no-such-runtime"`},
 		},
 		"a TrainingRuntime missing from the job's namespace": {
 			req: func(t *testing.T) admission.Request {
-				return admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).RuntimeRef(trainer.TrainingRuntimeKind, "torch-distributed").Obj(), false)
+				return admissionRequest(t, admissionv1.Create, tytesting.MakeTrainJob("train", ns).RuntimeRef(trainer.TrainingRuntimeKind, "torch-distributed").Obj(), false)
 			},
 			wantCode: http.StatusForbidden,
 			wantMsg:  []string{"TrainingRuntime", `"torch-distributed"`},
 		},
 		"an unsupported kind": {
 			req: func(t *testing.T) admission.Request {
-				return admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).RuntimeRef("Other", "x").Obj(), false)
+				return admissionRequest(t, admissionv1.Create, tytesting.MakeTrainJob("train", ns).RuntimeRef("Other", "x").Obj(), false)
 			},
 			wantCode: http.StatusForbidden,
 			wantMsg:  []string{"unsupported runtime kind", `"Other"`},
@@ -161,7 +162,7 @@ func TestPinWebhookRefuses(t *testing.T) {
 				return admissionRequest(t, admissionv1.Create, pinnedJob(), false)
 			},
 			wantCode: http.StatusForbidden,
-			wantMsg:  []string{"set by trainyard only", AnnotationSource, AnnotationHash},
+			wantMsg:  []string{"set by trainyard only", v1alpha1.AnnotationRuntimeSource, v1alpha1.AnnotationRuntimeHash},
 		},
 		"a dry-run create with the pin annotations": {
 			req: func(t *testing.T) admission.Request {
@@ -172,8 +173,8 @@ func TestPinWebhookRefuses(t *testing.T) {
 		},
 		"a job created with only the hash annotation": {
 			req: func(t *testing.T) admission.Request {
-				tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
-				tj.Annotations = map[string]string{AnnotationHash: ""}
+				tj := tytesting.MakeTrainJob("train", ns).Queue("q").Obj()
+				tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeHash: ""}
 				return admissionRequest(t, admissionv1.Create, tj, false)
 			},
 			wantCode: http.StatusForbidden,
@@ -181,7 +182,7 @@ func TestPinWebhookRefuses(t *testing.T) {
 		},
 		"a queue name that is not a DNS subdomain": {
 			req: func(t *testing.T) admission.Request {
-				return admissionRequest(t, admissionv1.Create, tyt.MakeTrainJob("train", ns).Queue("Not_A_Queue").Obj(), false)
+				return admissionRequest(t, admissionv1.Create, tytesting.MakeTrainJob("train", ns).Queue("Not_A_Queue").Obj(), false)
 			},
 			wantCode: http.StatusForbidden,
 			wantMsg:  []string{"kueue.x-k8s.io/queue-name"},
@@ -197,7 +198,7 @@ func TestPinWebhookRefuses(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
 			w := &PinWebhook{Reader: c, Client: c}
 			resp := w.Handle(context.Background(), tc.req(t))
 			if resp.Allowed || resp.Result == nil || resp.Result.Code != tc.wantCode {
@@ -218,9 +219,9 @@ func TestPinWebhookRefuses(t *testing.T) {
 // TestPinWebhookNamespaceFromRequest: an object without a namespace is
 // pinned into the request's namespace.
 func TestPinWebhookNamespaceFromRequest(t *testing.T) {
-	c := newClient(tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+	c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
 	w := &PinWebhook{Reader: c, Client: c}
-	tj := tyt.MakeTrainJob("train", "").Obj()
+	tj := tytesting.MakeTrainJob("train", "").Obj()
 	resp := w.Handle(context.Background(), admissionRequest(t, admissionv1.Create, tj, false))
 	if !resp.Allowed {
 		t.Fatalf("response refused: %+v", resp.Result)

@@ -17,6 +17,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/internal/text"
 )
 
 // Defaults of the Relay.
@@ -114,7 +115,7 @@ func (r *Relay) expire(ctx context.Context, lr *v1alpha1.LogRequest) (ctrl.Resul
 }
 
 func finish(lr *v1alpha1.LogRequest, phase v1alpha1.LogRequestPhase, msg string) {
-	lr.Status.Phase, lr.Status.Message = phase, truncate(msg, 4096)
+	lr.Status.Phase, lr.Status.Message = phase, text.Truncate(msg, 4096)
 }
 
 // relay authorizes lr and writes it onto the live Dispatch.
@@ -204,7 +205,7 @@ func (r *Relay) collect(ctx context.Context, lr *v1alpha1.LogRequest) (ctrl.Resu
 		finish(lr, v1alpha1.LogRequestFailed, fmt.Sprintf("target %s: %s", d.Spec.TargetName, msg))
 	} else {
 		finish(lr, v1alpha1.LogRequestAnswered, "")
-		lr.Status.Source = truncate(cm.Annotations[v1alpha1.AnnotationLogsSource], 1024)
+		lr.Status.Source = text.Truncate(cm.Annotations[v1alpha1.AnnotationLogsSource], 1024)
 		lr.Status.Truncated = cm.Annotations[v1alpha1.AnnotationLogsTruncated] == "true"
 		lr.Status.Log = cm.Data[v1alpha1.LogsDataKey]
 		if len(lr.Status.Log) > v1alpha1.MaxLogsBytes {
@@ -311,13 +312,6 @@ func live(wl *kueue.Workload, ds []v1alpha1.Dispatch) *v1alpha1.Dispatch {
 		}
 	}
 	return best
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
 
 // tail keeps the last n bytes of s, from a rune boundary.

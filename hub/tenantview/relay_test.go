@@ -24,8 +24,8 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	testingutil "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 var t0 = time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
@@ -50,14 +50,14 @@ func (r *sarRecorder) create(ctx context.Context, c client.WithWatch, obj client
 // Workload, Dispatch llama-2 in agent namespace agents-1 (llama-1 is the
 // old attempt).
 func world() []client.Object {
-	tj := testingutil.MakeTrainJob("llama", "team-a").Obj()
+	tj := tytesting.MakeTrainJob("llama", "team-a").Obj()
 	tj.UID = "tj-uid"
 	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Name: "wl-llama", Namespace: "team-a", UID: "wl-uid",
 		Annotations: map[string]string{v1alpha1.AnnotationAttempt: "2"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind,
 			Name: "llama", UID: "tj-uid", Controller: ptr.To(true)}}}}
 	d := func(attempt int32) *v1alpha1.Dispatch {
-		o := testingutil.MakeDispatch("llama-"+string(rune('0'+attempt)), "agents-1", "spoke-1").Attempt(attempt).WorkloadUID("wl-uid").Obj()
+		o := tytesting.MakeDispatch("llama-"+string(rune('0'+attempt)), "agents-1", "spoke-1").Attempt(attempt).WorkloadUID("wl-uid").Obj()
 		o.Spec.Workload.Name = "wl-llama"
 		o.Labels = map[string]string{v1alpha1.LabelWorkloadUID: "wl-uid"}
 		return o

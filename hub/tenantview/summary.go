@@ -156,16 +156,7 @@ func Summarize(d *v1alpha1.Dispatch) v1alpha1.PlacementSummary {
 	if out.Phase == "" {
 		out.Phase = v1alpha1.DispatchPending
 	}
-	if ref := d.Status.Remote; ref != nil {
-		name := ref.Name
-		if ref.Namespace != "" {
-			name = ref.Namespace + "/" + name
-		}
-		if ref.ID != "" {
-			name += " (id " + ref.ID + ")"
-		}
-		out.Remote = ref.Kind + " " + name
-	}
+	out.Remote = d.Status.Remote.String()
 	for _, ps := range d.Spec.PodSets {
 		sum := v1alpha1.PodSetSummary{Name: ps.Name, Count: ps.Count}
 		if t := ps.Topology; t != nil {

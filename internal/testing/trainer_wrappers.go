@@ -9,10 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 )
-
-// QueueLabel is the label Kueue reads a job's LocalQueue from.
-const QueueLabel = "kueue.x-k8s.io/queue-name"
 
 // PriorityClassLabel names the WorkloadPriorityClass of a job.
 const PriorityClassLabel = "kueue.x-k8s.io/priority-class"
@@ -45,7 +43,7 @@ func (w *TrainJobWrapper) Queue(q string) *TrainJobWrapper {
 	if w.Labels == nil {
 		w.Labels = map[string]string{}
 	}
-	w.Labels[QueueLabel] = q
+	w.Labels[kueueconstants.QueueLabel] = q
 	return w
 }
 

@@ -54,7 +54,7 @@ func (a TokenReviewAuth) Authenticate(ctx context.Context, token, ns, name strin
 		return Caller{}, err
 	}
 	l := pod.Labels
-	if l[backends.LabelManagedBy] != backends.ManagedByValue || l[backends.LabelDispatchNamespace] == "" || l[backends.LabelDispatchName] == "" {
+	if l[backends.LabelManagedBy] != backends.ManagedByValue || l[v1alpha1.LabelDispatchNamespace] == "" || l[v1alpha1.LabelDispatchName] == "" {
 		return Caller{}, ErrBadToken
 	}
 	attempt, err := strconv.ParseInt(l[backends.LabelAttempt], 10, 32)
@@ -62,7 +62,7 @@ func (a TokenReviewAuth) Authenticate(ctx context.Context, token, ns, name strin
 		return Caller{}, ErrBadToken
 	}
 	var d v1alpha1.Dispatch
-	if err := a.Hub.Get(ctx, client.ObjectKey{Namespace: l[backends.LabelDispatchNamespace], Name: l[backends.LabelDispatchName]}, &d); err != nil {
+	if err := a.Hub.Get(ctx, client.ObjectKey{Namespace: l[v1alpha1.LabelDispatchNamespace], Name: l[v1alpha1.LabelDispatchName]}, &d); err != nil {
 		if apierrors.IsNotFound(err) {
 			return Caller{}, ErrBadToken
 		}

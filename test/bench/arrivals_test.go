@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 )
 
 // arrivals times jobs from their creation on the hub to the moment their

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/test/harness/procs"
 )
 

@@ -20,12 +20,12 @@ import (
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 )
 
 // runForAnnotation sets how long the harness's kwok keeps a pod Running
-// before it finishes (internal/sandbox/fleet/kwok-stages.yaml).
+// before it finishes (cmd/trainyard/sandbox/fleet/kwok-stages.yaml).
 const runForAnnotation = "kwok.trainyard.dev/run-for"
 
 // BenchmarkFillKubernetes is BenchmarkFill on a Kubernetes spoke: a

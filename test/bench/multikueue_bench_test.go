@@ -19,8 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 )
 
 // Side by side with MultiKueue, on one harness of MultiKueue's own
@@ -132,7 +133,7 @@ func multiKueueRound(b *testing.B, n int) result {
 	c, cpu, api := fleet.Hub.Client, newCPUMeter(fleet), startAPIMeter(fleet.Hub.Config)
 	parallel(b, n, func(i int) error {
 		js := rawJobSet(sideBySideNS, fmt.Sprintf("mk-%d", i))
-		js.Labels = map[string]string{"kueue.x-k8s.io/queue-name": "lq"}
+		js.Labels = map[string]string{kueueconstants.QueueLabel: "lq"}
 		js.Spec.ManagedBy = ptr.To(kueue.MultiKueueControllerName)
 		t := time.Now()
 		if err := c.Create(ctx, js); err != nil {

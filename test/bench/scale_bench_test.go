@@ -16,11 +16,11 @@ import (
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	sandboxfleet "github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
+	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	sandboxfleet "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/harness/procs"
-	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
 )
 
 // BenchmarkScale holds TRAINYARD_BENCH_SCALE_QUEUED (default 10,000)

@@ -18,7 +18,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 )
 
 // completer plays the spokes' execution system once enabled: it writes

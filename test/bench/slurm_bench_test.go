@@ -15,10 +15,10 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
+	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	hslurm "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/slurm"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
-	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
-	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
 )
 
 // BenchmarkSlurmDispatchThroughput measures how fast short TrainJobs go

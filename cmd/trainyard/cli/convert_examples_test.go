@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"k8s.io/utils/ptr"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 	"sigs.k8s.io/yaml"
 
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
@@ -154,9 +155,9 @@ func checkExample(t *testing.T, tj *trainer.TrainJob, warnings []string, want ex
 	if err := yaml.UnmarshalStrict([]byte(convertedYAML(t, tj)), &printed); err != nil {
 		t.Fatalf("printed TrainJob: %v", err)
 	}
-	if printed.Name == "" || printed.Labels[QueueLabel] != "lq" || printed.Spec.RuntimeRef.Name != want.runtime {
+	if printed.Name == "" || printed.Labels[kueueconstants.QueueLabel] != "lq" || printed.Spec.RuntimeRef.Name != want.runtime {
 		t.Errorf("name %q, queue %q, runtime %q; want a name, queue lq, runtime %s",
-			printed.Name, printed.Labels[QueueLabel], printed.Spec.RuntimeRef.Name, want.runtime)
+			printed.Name, printed.Labels[kueueconstants.QueueLabel], printed.Spec.RuntimeRef.Name, want.runtime)
 	}
 	tr := printed.Spec.Trainer
 	if tr == nil {

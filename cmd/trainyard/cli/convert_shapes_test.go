@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 )
 
 const mpiJobV2beta1 = `
@@ -109,7 +110,7 @@ func TestConvertShapes(t *testing.T) {
 		}
 	}
 	deepspeed := ref(trainer.ClusterTrainingRuntimeKind, "deepspeed-distributed")
-	queued := map[string]string{QueueLabel: "lq"}
+	queued := map[string]string{kueueconstants.QueueLabel: "lq"}
 	gpus := func(n string) *corev1.ResourceRequirements {
 		return &corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)}}
 	}

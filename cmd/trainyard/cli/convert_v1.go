@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 )
 
 // The jobs convert reads: Training Operator V1's kubeflow.org/v1 PyTorchJob
@@ -213,10 +214,10 @@ func (c *conversion) newTrainJob(o ConvertOptions) *trainer.TrainJob {
 		if tj.Labels == nil {
 			tj.Labels = map[string]string{}
 		}
-		tj.Labels[QueueLabel] = o.Queue
+		tj.Labels[kueueconstants.QueueLabel] = o.Queue
 	}
-	if tj.Labels[QueueLabel] == "" {
-		c.warnf("no %s label (pass --queue): Kueue will not queue the TrainJob, so trainyard will not dispatch it", QueueLabel)
+	if tj.Labels[kueueconstants.QueueLabel] == "" {
+		c.warnf("no %s label (pass --queue): Kueue will not queue the TrainJob, so trainyard will not dispatch it", kueueconstants.QueueLabel)
 	}
 	if rp := j.Spec.RunPolicy; rp != nil {
 		tj.Spec.ActiveDeadlineSeconds = ptr.Deref(rp.ActiveDeadlineSeconds, 0)

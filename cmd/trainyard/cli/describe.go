@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
@@ -240,9 +241,9 @@ func placementSummary(tj *trainer.TrainJob) *v1alpha1.PlacementSummary {
 func describe(s jobState, trainyard map[kueue.AdmissionCheckReference]bool) *Description {
 	tj := s.tj
 	d := &Description{
-		Namespace: tj.Namespace, Name: tj.Name, Queue: tj.Labels[QueueLabel],
+		Namespace: tj.Namespace, Name: tj.Name, Queue: tj.Labels[kueueconstants.QueueLabel],
 		RuntimeRef:    fmt.Sprintf("%s/%s", ptr.Deref(tj.Spec.RuntimeRef.Kind, trainer.ClusterTrainingRuntimeKind), tj.Spec.RuntimeRef.Name),
-		RuntimeSource: tj.Annotations[snapshot.AnnotationSource],
+		RuntimeSource: tj.Annotations[v1alpha1.AnnotationRuntimeSource],
 		PinnedRuntime: pinnedRuntime(tj),
 		Created:       tj.CreationTimestamp, Phase: s.phase(), Conditions: tj.Status.Conditions,
 		Progress: tj.Status.TrainerStatus, ProgressHistory: ProgressHistoryOf(tj),

@@ -177,7 +177,7 @@ func (p describer) placement(pl *Placement) {
 	if pl.Message != "" {
 		p.kv(1, "Message", pl.Message)
 	}
-	p.outcome(remoteName(pl.Remote), pl.ExitCode, pl.StartTime, pl.CompletionTime)
+	p.outcome(pl.Remote.String(), pl.ExitCode, pl.StartTime, pl.CompletionTime)
 	p.line(1, "Runtime Snapshot:")
 	p.kv(2, "Kind", string(pl.Runtime.Kind))
 	p.kv(2, "Name", pl.Runtime.Name)

@@ -99,10 +99,6 @@ func FetchLogs(ctx context.Context, c client.Client, ns, name string, tail int64
 	return stdout.String(), warningLines(errOut.String()), err
 }
 
-// RemoteName prints a remote ref as the hub's check messages do:
-// "JobSet ns/name", "SlurmJob name (id 42)".
-func RemoteName(ref *v1alpha1.RemoteRef) string { return remoteName(ref) }
-
 // warningLines splits printed warnings into lines, dropping the "warning: " prefix.
 func warningLines(s string) []string {
 	var out []string

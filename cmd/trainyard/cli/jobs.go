@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
@@ -38,7 +39,7 @@ type JobSummary struct {
 // summarize turns a job's state into its summary.
 func summarize(s jobState) JobSummary {
 	js := JobSummary{
-		Namespace: s.tj.Namespace, Name: s.tj.Name, Queue: s.tj.Labels[QueueLabel],
+		Namespace: s.tj.Namespace, Name: s.tj.Name, Queue: s.tj.Labels[kueueconstants.QueueLabel],
 		Phase: s.phase(), Created: s.tj.CreationTimestamp, Progress: progressOf(s.tj),
 	}
 	if s.wl != nil {
@@ -180,7 +181,7 @@ func printJobs(w io.Writer, format string, jobs []JobSummary, scope printScope, 
 			if j.Attempt > 0 {
 				attempt = strconv.Itoa(int(j.Attempt))
 			}
-			cells = append(cells, attempt, orNone(remoteName(j.Remote)))
+			cells = append(cells, attempt, orNone(j.Remote.String()))
 		}
 		row(tw, cells...)
 	}

@@ -16,9 +16,6 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
 
-// QueueLabel is the label Kueue reads a job's LocalQueue from.
-const QueueLabel = "kueue.x-k8s.io/queue-name"
-
 // Kueue states a TrainJob shows when no live Dispatch describes it.
 const (
 	StatePending  = "Pending"
@@ -138,22 +135,6 @@ func kueueState(tj *trainer.TrainJob, wl *kueue.Workload) string {
 		return StateAdmitted
 	}
 	return StatePending
-}
-
-// remoteName prints a remote ref as the hub's check messages do:
-// "JobSet ns/name", "SlurmJob name (id 42)".
-func remoteName(ref *v1alpha1.RemoteRef) string {
-	if ref == nil {
-		return ""
-	}
-	name := ref.Name
-	if ref.Namespace != "" {
-		name = ref.Namespace + "/" + name
-	}
-	if ref.ID != "" {
-		name += " (id " + ref.ID + ")"
-	}
-	return ref.Kind + " " + name
 }
 
 // hubLists are the objects one command reads to join TrainJobs with their

@@ -257,7 +257,7 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, name string, p p
 var funcs = template.FuncMap{
 	"age":       age,
 	"placement": placementText,
-	"remote":    cli.RemoteName,
+	"remote":    (*v1alpha1.RemoteRef).String,
 	"short":     shortLevel,
 	"query":     filterURL,
 	"dict": func(kv ...any) map[string]any {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/placement"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 const (
@@ -69,7 +69,7 @@ func fleet(nodes int, seed int64) []placement.Candidate {
 			d.FreeGPUsPerNode = append(d.FreeGPUsPerNode, f)
 			free += int64(f)
 		}
-		w := tyt.MakeKubernetesTarget(name, "h100").Available().MaxGPUsPerNode(gpusPerNode)
+		w := tytesting.MakeKubernetesTarget(name, "h100").Available().MaxGPUsPerNode(gpusPerNode)
 		w.Status.Topology, w.Status.FreeGPUs = topo, free
 		c := placement.Candidate{Target: w.Obj()}
 		if t%3 == 0 && len(topo.Domains) > 0 {

@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/test/harness/netproxy"
 	"github.com/trainyard-dev/trainyard/test/harness/procs"
-	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
 )
 
 const (

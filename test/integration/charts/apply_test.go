@@ -24,10 +24,10 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/tenantview"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/spoke"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -119,9 +119,9 @@ func TestChartsOnAPIServer(t *testing.T) {
 
 	_, err = b.Capacity(call())
 	g.Expect(err).NotTo(HaveOccurred(), "Capacity as the agent")
-	tj := tyt.MakeTrainJob("train-rbac", "team-a").Queue("lq").Suspend(true).NumNodes(1).Obj()
-	d := tyt.MakeDispatch("rbac", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
-		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tyt.TorchRuntimeSpec(1)).
+	tj := tytesting.MakeTrainJob("train-rbac", "team-a").Queue("lq").Suspend(true).NumNodes(1).Obj()
+	d := tytesting.MakeDispatch("rbac", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tytesting.TorchRuntimeSpec(1)).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 1}).Obj()
 	// The RoleBinding it makes takes effect once the API server's
 	// authorizer has seen it: Submit is retried as the agent would.
@@ -144,8 +144,8 @@ func TestChartsOnAPIServer(t *testing.T) {
 	// A Target change reaches the namespace at the next job, as the agent.
 	egress := []v1alpha1.EgressRule{{CIDR: "10.20.0.0/16", Ports: []v1alpha1.EgressPort{{Protocol: v1alpha1.EgressProtocolTCP, Port: 443}}}}
 	b.UpdateSettings(kubework.Settings{Egress: egress})
-	d2 := tyt.MakeDispatch("rbac-2", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
-		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tyt.TorchRuntimeSpec(1)).
+	d2 := tytesting.MakeDispatch("rbac-2", "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tytesting.TorchRuntimeSpec(1)).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 1}).Attempt(2).Obj()
 	_, err = b.Submit(call(), d2)
 	g.Expect(err).NotTo(HaveOccurred(), "Submit as the agent after the Target's egress changed")
@@ -162,7 +162,7 @@ func TestChartsOnAPIServer(t *testing.T) {
 		return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + role, Namespace: ns},
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}, Subjects: []rbacv1.Subject{binding.Subject}}
 	}
-	relabel := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{kubework.LabelTenant: "x"}}}
+	relabel := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{v1alpha1.LabelTenant: "x"}}}
 	for what, err := range map[string]error{
 		"create a JobSet in default":           direct.Create(ctx, outside),
 		"list Secrets":                         direct.List(ctx, &corev1.SecretList{}),
@@ -198,8 +198,8 @@ func checkStatusAPIAccess(ctx context.Context, t *testing.T, c *kube.Cluster, cl
 	for attempt, ca := range map[int32]string{3: "ca-1", 4: "ca-2"} {
 		access.CA = []byte(ca)
 		b := jobset.New(cl.GetClient(), jobset.Options{Namespace: jobsNS, Binding: binding, LiveReader: cl.GetAPIReader(), Status: access})
-		d := tyt.MakeDispatch(fmt.Sprintf("status-%d", attempt), "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
-			SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tyt.TorchRuntimeSpec(1)).
+		d := tytesting.MakeDispatch(fmt.Sprintf("status-%d", attempt), "trainyard-spoke1", "spoke1").SnapshotTrainJob(tj).
+			SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", tytesting.TorchRuntimeSpec(1)).
 			PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 1}).Attempt(attempt).Obj()
 		_, err := b.Submit(ctx, d)
 		g.Expect(err).NotTo(HaveOccurred(), "Submit with the status API as the agent (CA %s)", ca)
@@ -330,7 +330,7 @@ func checkTenantNamespacePolicy(ctx context.Context, t *testing.T, agent client.
 		"privileged":                     nsWith(jobsNS+"-priv", func(l, _ map[string]string) { l[psa+"enforce"] = "privileged" }),
 		"with no level":                  nsWith(jobsNS+"-nolevel", func(l, _ map[string]string) { delete(l, psa+"enforce") }),
 		"pinned to an old level version": nsWith(jobsNS+"-old", func(l, _ map[string]string) { l[psa+"enforce-version"] = "v1.22" }),
-		"untenanted":                     nsWith(jobsNS+"-untenanted", func(l, _ map[string]string) { delete(l, kubework.LabelTenant) }),
+		"untenanted":                     nsWith(jobsNS+"-untenanted", func(l, _ map[string]string) { delete(l, v1alpha1.LabelTenant) }),
 		"with a label others select by":  nsWith(jobsNS+"-selected", func(l, _ map[string]string) { l["monitoring"] = "scrape-all" }),
 		"with an annotation": nsWith(jobsNS+"-annotated", func(_, a map[string]string) {
 			a["scheduler.alpha.kubernetes.io/node-selector"] = "node-role.kubernetes.io/control-plane="

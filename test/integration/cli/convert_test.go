@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 )
 
 // convertNS is where the converted jobs go; no other test uses it.

@@ -11,7 +11,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 )
 
 var hub *kube.Cluster

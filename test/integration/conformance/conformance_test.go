@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
@@ -62,7 +63,7 @@ func (c *cell) done() bool { return c.outcome != "" }
 
 func trainJob(name, queue, runtime string, v variant) *trainer.TrainJob {
 	tj := &trainer.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tenant,
-		Labels: map[string]string{"kueue.x-k8s.io/queue-name": queue}}}
+		Labels: map[string]string{kueueconstants.QueueLabel: queue}}}
 	tj.Spec.RuntimeRef = trainer.RuntimeRef{Name: runtime}
 	if v.command != nil || v.perNode != nil {
 		tj.Spec.Trainer = &trainer.Trainer{Command: v.command}

@@ -13,7 +13,7 @@ import (
 	"github.com/onsi/gomega"
 	"sigs.k8s.io/yaml"
 
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -27,7 +27,7 @@ import (
 // succeed on a spoke.
 func TestConvertedExamplesRun(t *testing.T) {
 	g := gomega.NewWithT(t)
-	examples, err := tyt.V1Examples()
+	examples, err := tytesting.V1Examples()
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	var cells []*cell
 	for _, ex := range examples {

@@ -15,8 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -65,7 +66,7 @@ func TestTrainersExamplesRun(t *testing.T) {
 				if tj.Labels == nil {
 					tj.Labels = map[string]string{}
 				}
-				tj.Labels["kueue.x-k8s.io/queue-name"] = spokesQueue
+				tj.Labels[kueueconstants.QueueLabel] = spokesQueue
 				cells = append(cells, &cell{runtime: tj.Spec.RuntimeRef.Name, target: "spokes", variant: stem, job: tj})
 				if cp := withControlPlaneToleration(tj); cp != nil {
 					cells = append(cells, &cell{runtime: tj.Spec.RuntimeRef.Name, target: "spokes", variant: stem + controlPlaneVariant, job: cp})

@@ -20,10 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 	"sigs.k8s.io/yaml"
 
-	"github.com/trainyard-dev/trainyard/hub/snapshot"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -66,8 +67,8 @@ func TestReapplyIsANoOp(t *testing.T) {
 					kubectl(t, append(round.applies[0], "-f", manifest)...)
 					before := trainJobs(g, slices.Collect(maps.Keys(jobs)))
 					for name, tj := range before {
-						if tj.Spec.RuntimeRef.Name != jobs[name] || tj.Annotations[snapshot.AnnotationHash] == "" {
-							t.Errorf("%s: runtimeRef %q, pin %q; want the manifest's %q, pinned", name, tj.Spec.RuntimeRef.Name, tj.Annotations[snapshot.AnnotationHash], jobs[name])
+						if tj.Spec.RuntimeRef.Name != jobs[name] || tj.Annotations[v1alpha1.AnnotationRuntimeHash] == "" {
+							t.Errorf("%s: runtimeRef %q, pin %q; want the manifest's %q, pinned", name, tj.Spec.RuntimeRef.Name, tj.Annotations[v1alpha1.AnnotationRuntimeHash], jobs[name])
 						}
 					}
 					for _, again := range round.applies[1:] {
@@ -120,7 +121,7 @@ func TestRuntimeAndJobsInOneApply(t *testing.T) {
 		j := job.DeepCopy()
 		j.SetName(fmt.Sprintf("%s-%02d", name, i))
 		j.SetNamespace(tenant)
-		j.SetLabels(map[string]string{"kueue.x-k8s.io/queue-name": queueOf("spoke1")})
+		j.SetLabels(map[string]string{kueueconstants.QueueLabel: queueOf("spoke1")})
 		g.Expect(unstructured.SetNestedField(j.Object, name, "spec", "runtimeRef", "name")).To(gomega.Succeed())
 		docs = append(docs, j)
 		names = append(names, j.GetName())
@@ -130,8 +131,8 @@ func TestRuntimeAndJobsInOneApply(t *testing.T) {
 	got := trainJobs(g, names)
 	g.Expect(got).To(gomega.HaveLen(50))
 	for n, tj := range got {
-		if tj.Annotations[snapshot.AnnotationSource] != trainer.TrainingRuntimeKind+"/"+name {
-			t.Errorf("%s: pinned from %q, want %s/%s", n, tj.Annotations[snapshot.AnnotationSource], trainer.TrainingRuntimeKind, name)
+		if tj.Annotations[v1alpha1.AnnotationRuntimeSource] != trainer.TrainingRuntimeKind+"/"+name {
+			t.Errorf("%s: pinned from %q, want %s/%s", n, tj.Annotations[v1alpha1.AnnotationRuntimeSource], trainer.TrainingRuntimeKind, name)
 		}
 		if tj.Spec.RuntimeRef.Name != name {
 			t.Errorf("%s: runtimeRef %q, want %q as written", n, tj.Spec.RuntimeRef.Name, name)
@@ -153,7 +154,7 @@ func userFields(tj *trainer.TrainJob) map[string]any {
 	return map[string]any{
 		"runtimeRef": tj.Spec.RuntimeRef, "trainer": tj.Spec.Trainer, "initializer": tj.Spec.Initializer,
 		"runtimePatches": patches, "labels": tj.Labels,
-		"pin": []string{tj.Annotations[snapshot.AnnotationSource], tj.Annotations[snapshot.AnnotationHash]},
+		"pin": []string{tj.Annotations[v1alpha1.AnnotationRuntimeSource], tj.Annotations[v1alpha1.AnnotationRuntimeHash]},
 	}
 }
 
@@ -180,7 +181,7 @@ func tenantManifest(t *testing.T, file, suffix string) (string, map[string]strin
 			if labels == nil {
 				labels = map[string]string{}
 			}
-			labels["kueue.x-k8s.io/queue-name"] = queueOf("spoke1")
+			labels[kueueconstants.QueueLabel] = queueOf("spoke1")
 			o.SetLabels(labels)
 			jobs[o.GetName()], _, _ = unstructured.NestedString(o.Object, "spec", "runtimeRef", "name")
 			if _, ok, _ := unstructured.NestedBool(o.Object, "spec", "suspend"); ok {

@@ -28,10 +28,10 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
-	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
-	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
+	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	hslurm "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/slurm"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -266,14 +266,14 @@ func applyShippedRuntimes(ctx context.Context) error {
 // runtimesUnderTest are the runtimes Kubeflow installs and the Flux runtime
 // of its examples (Trainer ships Flux only there).
 func runtimesUnderTest() (map[string]*trainer.ClusterTrainingRuntime, error) {
-	rts, err := tyt.AllShippedRuntimes()
+	rts, err := tytesting.AllShippedRuntimes()
 	if err != nil {
 		return nil, err
 	}
-	flux, err := tyt.ShippedRuntime(tyt.TrainerFluxRuntime)
+	flux, err := tytesting.ShippedRuntime(tytesting.TrainerFluxRuntime)
 	if err != nil {
 		return nil, err
 	}
-	rts[tyt.TrainerFluxRuntime] = flux
+	rts[tytesting.TrainerFluxRuntime] = flux
 	return rts, nil
 }

@@ -14,10 +14,9 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
-	"github.com/trainyard-dev/trainyard/hub/placement"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -72,7 +71,7 @@ func TestCordonedNodeKeepsARackJobWaiting(t *testing.T) {
 
 	rt := tytesting.MakeClusterTrainingRuntime("torch-rack-cordon").Toleration(kube.KwokToleration).
 		PodAnnotation("kwok.trainyard.dev/run-for", "1h").
-		PodAnnotation(placement.TrainyardRequiredTopologyAnnotation, rackLevel).Obj()
+		PodAnnotation(v1alpha1.AnnotationPodSetRequiredTopology, rackLevel).Obj()
 	g.Expect(c.Create(ctx, rt)).To(Succeed())
 	t.Cleanup(func() { _ = c.Delete(ctx, rt) })
 	// 2 pods of 4 GPUs: a whole rack, which no rack has free now.

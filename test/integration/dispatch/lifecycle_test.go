@@ -17,11 +17,11 @@ import (
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -151,8 +151,8 @@ func TestRuntimeEditsDoNotReachDispatchedJob(t *testing.T) {
 	// The job was pinned at creation to an immutable copy of the runtime,
 	// which is what Kueue and the Dispatch both read.
 	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
-	g.Expect(tj.Annotations).To(HaveKeyWithValue(snapshot.AnnotationSource, "ClusterTrainingRuntime/torch-editme"))
-	g.Expect(tj.Annotations).To(HaveKeyWithValue(snapshot.AnnotationHash, hash))
+	g.Expect(tj.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationRuntimeSource, "ClusterTrainingRuntime/torch-editme"))
+	g.Expect(tj.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationRuntimeHash, hash))
 	// The user's runtimeRef stays as written; the annotations name the copy.
 	g.Expect(tj.Spec.RuntimeRef.Name).To(Equal("torch-editme"))
 	g.Expect(ptr.Deref(tj.Spec.RuntimeRef.Kind, trainer.ClusterTrainingRuntimeKind)).To(Equal(trainer.ClusterTrainingRuntimeKind))

@@ -17,8 +17,8 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -84,7 +84,7 @@ func TestLongestTrainJobNameRunsEndToEnd(t *testing.T) {
 	g.Expect(len(js.Name)).To(BeNumerically("<=", backends.MaxRemoteName))
 	g.Expect(js.Spec.ReplicatedJobs).To(HaveLen(2))
 	g.Expect(js.Spec.ReplicatedJobs[0].Name).To(Equal("dataset-initializer"))
-	g.Expect(js.Labels).To(HaveKeyWithValue(backends.LabelDispatchName, d.Name))
+	g.Expect(js.Labels).To(HaveKeyWithValue(v1alpha1.LabelDispatchName, d.Name))
 	g.Expect(js.Labels).To(HaveKeyWithValue(v1alpha1.LabelAttempt, strconv.Itoa(1)))
 	g.Expect(tj.Status.JobsStatus).To(ContainElements(HaveField("Name", "dataset-initializer"), HaveField("Name", "node")))
 }

@@ -24,10 +24,9 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
 	"github.com/trainyard-dev/trainyard/spoke"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
@@ -132,7 +131,7 @@ func podOf(g Gomega, d *v1alpha1.Dispatch) corev1.Pod {
 	var pods corev1.PodList
 	g.Eventually(func(g Gomega) {
 		g.Expect(spokeNamed(d.Spec.TargetName).Client.List(context.Background(), &pods, client.InNamespace(d.Status.Remote.Namespace),
-			client.MatchingLabels{backends.LabelDispatchName: d.Name})).To(Succeed())
+			client.MatchingLabels{v1alpha1.LabelDispatchName: d.Name})).To(Succeed())
 		g.Expect(pods.Items).NotTo(BeEmpty())
 	}, util.Timeout, util.Interval).Should(Succeed())
 	return pods.Items[0]

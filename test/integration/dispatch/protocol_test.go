@@ -16,11 +16,11 @@ import (
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
-	trainyard "github.com/trainyard-dev/trainyard/test/harness/trainyard"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

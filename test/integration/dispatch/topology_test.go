@@ -9,9 +9,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
-	"github.com/trainyard-dev/trainyard/hub/placement"
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -25,7 +25,7 @@ func TestRequiredRackKeepsJobInOneRack(t *testing.T) {
 	ctx := context.Background()
 	rt := tytesting.MakeClusterTrainingRuntime("torch-rack").Toleration(kube.KwokToleration).
 		PodAnnotation("kwok.trainyard.dev/run-for", "1h").
-		PodAnnotation(placement.TrainyardRequiredTopologyAnnotation, rackLevel).Obj()
+		PodAnnotation(v1alpha1.AnnotationPodSetRequiredTopology, rackLevel).Obj()
 	g.Expect(env.fleet.Hub.Client.Create(ctx, rt)).To(Succeed())
 	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(ctx, rt) })
 	// 4 pods of 2 GPUs: a rack (2 nodes of 4 GPUs) holds exactly one such job.

@@ -18,9 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	"github.com/trainyard-dev/trainyard/test/util"
@@ -157,7 +159,7 @@ func heldWithTrainerSnapshot(t *testing.T, name string) (*trainer.TrainJob, *cor
 	q := kueuetesting.MakeLocalQueue("lq-"+name, tenant).ClusterQueue("cq").Obj()
 	t.Cleanup(func() { _ = c.Delete(ctx, q) }) // runs after the job's own clean-up
 	tj := trainJob(name, "torch-"+name, 1, 1)
-	tj.Labels["kueue.x-k8s.io/queue-name"] = q.Name
+	tj.Labels[kueueconstants.QueueLabel] = q.Name
 	submit(t, tj)
 	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(tj), tj)).To(Succeed())
 	cm := trainerWritesSnapshot(t, tj)
@@ -176,7 +178,7 @@ func TestDispatchAgreesWithTrainersSnapshot(t *testing.T) {
 	release()
 
 	wl, d := waitRunning(t, tj)
-	g.Expect(d.Spec.Runtime.Hash).To(Equal(tj.Annotations[snapshot.AnnotationHash]))
+	g.Expect(d.Spec.Runtime.Hash).To(Equal(tj.Annotations[v1alpha1.AnnotationRuntimeHash]))
 	var after corev1.ConfigMap
 	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(cm), &after)).To(Succeed())
 	g.Expect(after.ResourceVersion).To(Equal(cm.ResourceVersion), "the hub changed Trainer's snapshot")

@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -22,10 +22,10 @@ import (
 func TestFluxJobRuns(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
 	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, Policy: kwokPolicy, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
-	tj, err := tyt.ShippedTrainJob(tyt.TrainerFluxLammpsJob, "team-a")
+	tj, err := tytesting.ShippedTrainJob(tytesting.TrainerFluxLammpsJob, "team-a")
 	g.Expect(err).NotTo(HaveOccurred())
 	tj.UID = "tj-uid-lammps"
-	d := shippedDispatch(g, "flux", tyt.TrainerFluxRuntime, tj, "3s", v1alpha1.PodSetPlacement{Name: "node", Count: 2})
+	d := shippedDispatch(g, "flux", tytesting.TrainerFluxRuntime, tj, "3s", v1alpha1.PodSetPlacement{Name: "node", Count: 2})
 	ref, err := b.Submit(ctx, d)
 	g.Expect(err).NotTo(HaveOccurred())
 	name := ref.Name

@@ -15,7 +15,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -50,7 +50,7 @@ func TestInitializerRunsBeforeTrainer(t *testing.T) {
 
 	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client,
 		Policy: kubework.PodPolicy{Allowed: v1alpha1.AllowedPodFields{ServiceAccountNames: []string{sa.Name}, TolerationKeys: kwokAllowed.TolerationKeys}}})
-	d := shippedDispatch(g, "cache", tyt.TrainerTorchWithCache, nil, "3s",
+	d := shippedDispatch(g, "cache", tytesting.TrainerTorchWithCache, nil, "3s",
 		v1alpha1.PodSetPlacement{Name: "dataset-initializer", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: 1})
 	ref, err := b.Submit(ctx, d)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -91,7 +91,7 @@ func TestVolumeClaimPoliciesMakeSharedClaim(t *testing.T) {
 	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client, Policy: kwokPolicy})
 	// The initializers run far longer than the test, so the trainer's
 	// nodes must not start whether or not the spoke can bind the claim.
-	d := shippedDispatch(g, "tune", tyt.TrainerTorchtuneLlama1B, nil, "10m",
+	d := shippedDispatch(g, "tune", tytesting.TrainerTorchtuneLlama1B, nil, "10m",
 		v1alpha1.PodSetPlacement{Name: "dataset-initializer", Count: 1},
 		v1alpha1.PodSetPlacement{Name: "model-initializer", Count: 1},
 		v1alpha1.PodSetPlacement{Name: "node", Count: 1})

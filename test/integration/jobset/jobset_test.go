@@ -15,8 +15,8 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -30,7 +30,7 @@ func newBackend() *jobset.Backend {
 // and carry the given kwok annotations (run-for, exit-code). Failed pods are
 // not retried, so a failing job fails at once.
 func kwokRuntime(annotations map[string]string) trainer.TrainingRuntimeSpec {
-	rt := tyt.TorchRuntimeSpec(1)
+	rt := tytesting.TorchRuntimeSpec(1)
 	job := &rt.Template.Spec.ReplicatedJobs[0].Template
 	job.Spec.BackoffLimit = ptr.To[int32](0)
 	job.Spec.Template.Annotations = annotations
@@ -40,8 +40,8 @@ func kwokRuntime(annotations map[string]string) trainer.TrainingRuntimeSpec {
 
 // gpuDispatch is a Dispatch of a 2-node, 4-GPU-per-node torch TrainJob.
 func gpuDispatch(name string, annotations map[string]string) *v1alpha1.Dispatch {
-	tj := tyt.MakeTrainJob("train-"+name, "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(gpusPerNode).Obj()
-	return tyt.MakeDispatch(name, "trainyard-spoke", "spoke").
+	tj := tytesting.MakeTrainJob("train-"+name, "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(gpusPerNode).Obj()
+	return tytesting.MakeDispatch(name, "trainyard-spoke", "spoke").
 		SnapshotTrainJob(tj).
 		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", kwokRuntime(annotations)).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 2}).Obj()

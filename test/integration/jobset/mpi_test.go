@@ -12,23 +12,23 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
 // mpiDispatch is a Dispatch of an OpenMPI TrainJob: a launcher and two
 // nodes of two processes each, all on kwok nodes for runFor.
 func mpiDispatch(name, runFor string) *v1alpha1.Dispatch {
-	rt := tyt.MPIRuntimeSpec(1, 2)
+	rt := tytesting.MPIRuntimeSpec(1, 2)
 	for i := range rt.Template.Spec.ReplicatedJobs {
 		job := &rt.Template.Spec.ReplicatedJobs[i].Template
 		job.Spec.BackoffLimit = ptr.To[int32](0)
 		job.Spec.Template.Annotations = map[string]string{"kwok.trainyard.dev/run-for": runFor}
 		job.Spec.Template.Spec.Tolerations = []corev1.Toleration{kube.KwokToleration}
 	}
-	tj := tyt.MakeTrainJob("train-"+name, "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(1).Obj()
-	return tyt.MakeDispatch(name, "trainyard-spoke", "spoke").
+	tj := tytesting.MakeTrainJob("train-"+name, "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(1).Obj()
+	return tytesting.MakeDispatch(name, "trainyard-spoke", "spoke").
 		SnapshotTrainJob(tj).SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "mpi", rt).
 		PodSets(v1alpha1.PodSetPlacement{Name: "launcher", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: 2}).Obj()
 }

@@ -14,7 +14,7 @@ import (
 	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -32,7 +32,7 @@ func TestLongestNamesPassJobSetsWebhook(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
 	name63 := "llama-fine-tune-" + strings.Repeat("x", 40) + "-run-07"
 	g.Expect(name63).To(HaveLen(63))
-	tj := tyt.MakeTrainJob(name63, "n"+strings.Repeat("s", 62)).Queue("lq").Suspend(true).NumNodes(16).Obj()
+	tj := tytesting.MakeTrainJob(name63, "n"+strings.Repeat("s", 62)).Queue("lq").Suspend(true).NumNodes(16).Obj()
 	spec := kwokRuntime(map[string]string{"kwok.trainyard.dev/run-for": "1h"})
 	init := *spec.Template.Spec.ReplicatedJobs[0].DeepCopy()
 	init.Name = initializer20
@@ -40,7 +40,7 @@ func TestLongestNamesPassJobSetsWebhook(t *testing.T) {
 	init.Template.Labels = map[string]string{constants.LabelTrainJobAncestor: constants.DatasetInitializer}
 	init.Template.Spec.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
 	spec.Template.Spec.ReplicatedJobs = append([]jobsetapi.ReplicatedJob{init}, spec.Template.Spec.ReplicatedJobs...)
-	d := tyt.MakeDispatch("names", "trainyard-spoke", "spoke").SnapshotTrainJob(tj).
+	d := tytesting.MakeDispatch("names", "trainyard-spoke", "spoke").SnapshotTrainJob(tj).
 		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "with-initializer", spec).
 		PodSets(v1alpha1.PodSetPlacement{Name: initializer20, Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: 16}).Obj()
 	d.Spec.Workload.Name = "trainjob-" + name63 + "-1a2b3"

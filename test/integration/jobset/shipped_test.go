@@ -13,8 +13,8 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/jobset"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -43,17 +43,17 @@ func kwokPatch(runFor string, jobs ...string) trainer.RuntimePatch {
 // shippedDispatch is a Dispatch named name of tj (a bare TrainJob when
 // nil) on Trainer's runtime at runtimePath, with kwokPatch for jobs.
 func shippedDispatch(g Gomega, name, runtimePath string, tj *trainer.TrainJob, runFor string, podSets ...v1alpha1.PodSetPlacement) *v1alpha1.Dispatch {
-	rt, err := tyt.ShippedRuntime(runtimePath)
+	rt, err := tytesting.ShippedRuntime(runtimePath)
 	g.Expect(err).NotTo(HaveOccurred())
 	if tj == nil {
-		tj = tyt.MakeTrainJob("train-"+name, "team-a").RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt.Name).Obj()
+		tj = tytesting.MakeTrainJob("train-"+name, "team-a").RuntimeRef(trainer.ClusterTrainingRuntimeKind, rt.Name).Obj()
 	}
 	var jobs []string
 	for _, ps := range podSets {
 		jobs = append(jobs, ps.Name)
 	}
 	tj.Spec.RuntimePatches = append(tj.Spec.RuntimePatches, kwokPatch(runFor, jobs...))
-	return tyt.MakeDispatch(name, "trainyard-spoke", "spoke").
+	return tytesting.MakeDispatch(name, "trainyard-spoke", "spoke").
 		SnapshotTrainJob(tj).SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, rt.Name, rt.Spec).
 		PodSets(podSets...).Obj()
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/lws"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -48,10 +48,10 @@ func onKwok(rt trainer.TrainingRuntimeSpec, annotations map[string]string) train
 
 // torchDispatch is a 2-node, 4-GPU-per-node torch job placed in rack r2.
 func torchDispatch(name string, annotations map[string]string) *v1alpha1.Dispatch {
-	tj := tyt.MakeTrainJob("train-"+name, "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(gpusPerNode).Obj()
-	return tyt.MakeDispatch(name, "trainyard-spoke", "spoke").
+	tj := tytesting.MakeTrainJob("train-"+name, "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(gpusPerNode).Obj()
+	return tytesting.MakeDispatch(name, "trainyard-spoke", "spoke").
 		SnapshotTrainJob(tj).
-		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", onKwok(tyt.TorchRuntimeSpec(1), annotations)).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "torch-distributed", onKwok(tytesting.TorchRuntimeSpec(1), annotations)).
 		PodSets(v1alpha1.PodSetPlacement{Name: "node", Count: 2, Topology: &v1alpha1.TopologyAssignment{
 			Levels: []string{rackLabel}, Domains: []v1alpha1.TopologyDomainAssignment{{Values: []string{"r2"}, Count: 2}},
 		}}).Obj()
@@ -128,14 +128,14 @@ func TestTorchGroupRunsToCompletion(t *testing.T) {
 		st = observe(g, b, d)
 		g.Expect(st.Phase).To(Equal(v1alpha1.DispatchSucceeded))
 	}, util.Timeout, util.Interval).Should(Succeed())
-	g.Expect(st.Reason).To(Equal(lws.ReasonLeaderSucceeded))
+	g.Expect(st.Reason).To(Equal(v1alpha1.ReasonLeaderSucceeded))
 	g.Expect(st.CompletionTime).NotTo(BeNil())
 
 	var set lwsapi.LeaderWorkerSet
 	g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: jobsNS, Name: name}, &set)).To(Succeed())
 	g.Expect(ptr.Deref(set.Spec.Replicas, -1)).To(BeZero())
 	var rec map[string]any
-	g.Expect(json.Unmarshal([]byte(set.Annotations[lws.AnnotationFinished]), &rec)).To(Succeed())
+	g.Expect(json.Unmarshal([]byte(set.Annotations[v1alpha1.AnnotationLeaderWorkerSetFinished]), &rec)).To(Succeed())
 	g.Expect(rec["phase"]).To(Equal(string(v1alpha1.DispatchSucceeded)))
 	g.Eventually(func(g Gomega) {
 		g.Expect(podsOf(g, name)).To(BeEmpty())
@@ -161,7 +161,7 @@ func TestFailingWorkerFailsTheJob(t *testing.T) {
 		st = observe(g, b, d)
 		g.Expect(st.Phase).To(Equal(v1alpha1.DispatchFailed))
 	}, util.Timeout, util.Interval).Should(Succeed())
-	g.Expect(st.Reason).To(Equal(lws.ReasonContainerFailed))
+	g.Expect(st.Reason).To(Equal(v1alpha1.ReasonContainerFailed))
 	g.Expect(ptr.Deref(st.ExitCode, 0)).To(Equal(int32(3)))
 	g.Expect(st.Message).To(ContainSubstring("exited with code 3"))
 }
@@ -173,10 +173,10 @@ func TestFailingWorkerFailsTheJob(t *testing.T) {
 func TestMPIGroupRunsWithLauncherAsLeader(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
 	b := newBackend(t)
-	tj := tyt.MakeTrainJob("train-mpi", "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(1).Obj()
-	d := tyt.MakeDispatch("mpi", "trainyard-spoke", "spoke").
+	tj := tytesting.MakeTrainJob("train-mpi", "team-a").Queue("lq").Suspend(true).NumNodes(2).GPUsPerNode(1).Obj()
+	d := tytesting.MakeDispatch("mpi", "trainyard-spoke", "spoke").
 		SnapshotTrainJob(tj).
-		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "mpi", onKwok(tyt.MPIRuntimeSpec(1, 2), map[string]string{"kwok.trainyard.dev/run-for": "4s"})).
+		SnapshotRuntime(v1alpha1.RuntimeKindClusterTrainingRuntime, "mpi", onKwok(tytesting.MPIRuntimeSpec(1, 2), map[string]string{"kwok.trainyard.dev/run-for": "4s"})).
 		PodSets(v1alpha1.PodSetPlacement{Name: "launcher", Count: 1}, v1alpha1.PodSetPlacement{Name: "node", Count: 2}).Obj()
 	ref, err := b.Submit(ctx, d)
 	g.Expect(err).NotTo(HaveOccurred())

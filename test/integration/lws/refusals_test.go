@@ -13,7 +13,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/lws"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestSubmitRefusesWhatAGroupCannotHold: Trainer's Flux, torchtune and
@@ -28,25 +28,25 @@ func TestSubmitRefusesWhatAGroupCannotHold(t *testing.T) {
 		podSets []v1alpha1.PodSetPlacement
 		want    error
 	}{
-		"Flux":                         {runtime: tyt.TrainerFluxRuntime, podSets: []v1alpha1.PodSetPlacement{node}, want: lws.ErrFlux},
-		"volume claim policies":        {runtime: tyt.TrainerTorchtuneLlama1B, podSets: []v1alpha1.PodSetPlacement{dataset, model, node}, want: lws.ErrVolumeClaimPolicies},
-		"initializer before the nodes": {runtime: tyt.TrainerTorchWithCache, podSets: []v1alpha1.PodSetPlacement{dataset, node}, want: lws.ErrInitializers},
+		"Flux":                         {runtime: tytesting.TrainerFluxRuntime, podSets: []v1alpha1.PodSetPlacement{node}, want: lws.ErrFlux},
+		"volume claim policies":        {runtime: tytesting.TrainerTorchtuneLlama1B, podSets: []v1alpha1.PodSetPlacement{dataset, model, node}, want: lws.ErrVolumeClaimPolicies},
+		"initializer before the nodes": {runtime: tytesting.TrainerTorchWithCache, podSets: []v1alpha1.PodSetPlacement{dataset, node}, want: lws.ErrInitializers},
 	}
 	b := newBackend(t)
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			ctx, g := context.Background(), NewWithT(t)
-			d, err := tyt.ShippedDispatch(tc.runtime, nil, tc.podSets...)
+			d, err := tytesting.ShippedDispatch(tc.runtime, nil, tc.podSets...)
 			g.Expect(err).NotTo(HaveOccurred())
 			d.Name = "refused"
 			ref, err := b.Submit(ctx, d)
 			g.Expect(ref).To(BeNil())
 			g.Expect(errors.Is(err, backends.ErrRejected)).To(BeTrue(), "Submit = %v, want a rejection", err)
 			g.Expect(errors.Is(err, tc.want)).To(BeTrue(), "Submit = %v, want %v", err, tc.want)
-			tj := tyt.MakeTrainJob("train", "team-a").Obj()
-			g.Expect(errors.Is(lws.Eligible(tyt.MustShippedRuntimeSpec(tc.runtime), &tj.Spec), tc.want)).To(BeTrue(), "Eligible disagrees with Submit")
+			tj := tytesting.MakeTrainJob("train", "team-a").Obj()
+			g.Expect(errors.Is(lws.CheckRuntime(tytesting.MustShippedRuntimeSpec(tc.runtime), &tj.Spec), tc.want)).To(BeTrue(), "CheckRuntime disagrees with Submit")
 
-			mine := client.MatchingLabels{backends.LabelDispatchName: d.Name}
+			mine := client.MatchingLabels{v1alpha1.LabelDispatchName: d.Name}
 			var sets lwsapi.LeaderWorkerSetList
 			var cms corev1.ConfigMapList
 			var secrets corev1.SecretList

@@ -15,8 +15,8 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/lws"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -68,10 +68,10 @@ func TestTrainJobRunsAsLeaderWorkerSet(t *testing.T) {
 	g.Expect(mine).To(HaveLen(1))
 	g.Expect(mine[0].Status.Remote).NotTo(BeNil())
 	g.Expect(mine[0].Status.Remote.Kind).To(Equal(lws.Kind))
-	g.Expect(mine[0].Status.Reason).To(Equal(lws.ReasonLeaderSucceeded))
+	g.Expect(mine[0].Status.Reason).To(Equal(v1alpha1.ReasonLeaderSucceeded))
 	sets := setsOf(g, tj.Name)
 	g.Expect(sets).To(HaveLen(1))
-	g.Expect(sets[0].Annotations).To(HaveKey(lws.AnnotationFinished))
+	g.Expect(sets[0].Annotations).To(HaveKey(v1alpha1.AnnotationLeaderWorkerSetFinished))
 	g.Expect(ptr.Deref(sets[0].Spec.Replicas, -1)).To(BeZero())
 
 	g.Expect(hub.Delete(ctx, tj, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())

@@ -24,9 +24,9 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
-	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
-	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
+	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	hslurm "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/slurm"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

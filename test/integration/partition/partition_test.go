@@ -11,15 +11,14 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/targets"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -209,13 +208,7 @@ func trainJob(name, runtime string) *trainer.TrainJob {
 
 func submit(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	t.Helper()
-	ctx := context.Background()
-	util.CreateTrainJob(NewWithT(t), env.fleet.Hub.Client, tj)
-	t.Cleanup(func() {
-		_ = env.fleet.Hub.Client.Delete(ctx, tj, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		NewWithT(t).Eventually(func(g Gomega) { g.Expect(jobSetsOf(g, tj)).To(BeEmpty()) }, util.Timeout, util.Interval).Should(Succeed())
-	})
-	return tj
+	return util.SubmitTrainJob(t, env.fleet.Hub.Client, tj, func(g Gomega) int { return len(jobSetsOf(g, tj)) })
 }
 
 func waitRunning(t *testing.T, tj *trainer.TrainJob) (*kueue.Workload, v1alpha1.Dispatch) {

@@ -20,9 +20,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/test/harness/netproxy"
-	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

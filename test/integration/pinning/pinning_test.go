@@ -13,8 +13,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
@@ -71,7 +73,7 @@ func copyName(t *testing.T, tj *trainer.TrainJob) string {
 // claims to be pinned already, to any runtime.
 func TestPresetPinAnnotationsAreRefused(t *testing.T) {
 	sourceRuntime(t, "preset-src", 1)
-	for _, key := range []string{snapshot.AnnotationSource, snapshot.AnnotationHash} {
+	for _, key := range []string{v1alpha1.AnnotationRuntimeSource, v1alpha1.AnnotationRuntimeHash} {
 		tj := trainJob("preset", "preset-src", queue)
 		tj.Annotations = map[string]string{key: "sha256:0123"}
 		err := env.tenant.Create(context.Background(), tj)
@@ -88,13 +90,13 @@ func TestPresetPinAnnotationsAreRefused(t *testing.T) {
 func TestPinAnnotationsCannotChange(t *testing.T) {
 	sourceRuntime(t, "ann-src", 1)
 	tj := create(t, trainJob("ann", "ann-src", queue))
-	if tj.Annotations[snapshot.AnnotationHash] == "" {
+	if tj.Annotations[v1alpha1.AnnotationRuntimeHash] == "" {
 		t.Fatalf("the job was not pinned: %v", tj.Annotations)
 	}
 	edits := map[string]func(*trainer.TrainJob){
-		"another hash":     func(j *trainer.TrainJob) { j.Annotations[snapshot.AnnotationHash] = "sha256:0123" },
-		"another source":   func(j *trainer.TrainJob) { j.Annotations[snapshot.AnnotationSource] = "TrainingRuntime/other" },
-		"the hash removed": func(j *trainer.TrainJob) { delete(j.Annotations, snapshot.AnnotationHash) },
+		"another hash":     func(j *trainer.TrainJob) { j.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:0123" },
+		"another source":   func(j *trainer.TrainJob) { j.Annotations[v1alpha1.AnnotationRuntimeSource] = "TrainingRuntime/other" },
+		"the hash removed": func(j *trainer.TrainJob) { delete(j.Annotations, v1alpha1.AnnotationRuntimeHash) },
 		"both removed":     func(j *trainer.TrainJob) { j.Annotations = nil },
 	}
 	removal := map[string]bool{"the hash removed": true, "both removed": true}
@@ -112,7 +114,7 @@ func TestPinAnnotationsCannotChange(t *testing.T) {
 				}
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(tj), &live)).To(Succeed())
-				for _, k := range []string{snapshot.AnnotationSource, snapshot.AnnotationHash} {
+				for _, k := range []string{v1alpha1.AnnotationRuntimeSource, v1alpha1.AnnotationRuntimeHash} {
 					g.Expect(live.Annotations).To(HaveKeyWithValue(k, tj.Annotations[k]))
 				}
 			})
@@ -167,8 +169,8 @@ func TestSquattedCopyIsRefused(t *testing.T) {
 	}
 	forged := &trainer.TrainingRuntime{Spec: tytesting.TorchRuntimeSpec(8)}
 	forged.Name, forged.Namespace = "squat-src-"+strings.TrimPrefix(hash, "sha256:")[:12], tenant
-	forged.Labels = map[string]string{snapshot.LabelPinned: "true"}
-	forged.Annotations = map[string]string{snapshot.AnnotationHash: hash, snapshot.AnnotationSource: "TrainingRuntime/squat-src"}
+	forged.Labels = map[string]string{v1alpha1.LabelPinnedRuntime: "true"}
+	forged.Annotations = map[string]string{v1alpha1.AnnotationRuntimeHash: hash, v1alpha1.AnnotationRuntimeSource: "TrainingRuntime/squat-src"}
 	g := NewWithT(t)
 	g.Expect(env.tenant.Create(context.Background(), forged)).To(Succeed())
 	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(context.Background(), forged) })
@@ -211,7 +213,7 @@ func TestChangedCopyIsNotDispatched(t *testing.T) {
 			}
 		}
 		g.Expect(msgs).To(ContainElement(And(ContainSubstring("cannot snapshot the runtime"),
-			ContainSubstring("changed after the job was created"), ContainSubstring(tj.Annotations[snapshot.AnnotationHash]))))
+			ContainSubstring("changed after the job was created"), ContainSubstring(tj.Annotations[v1alpha1.AnnotationRuntimeHash]))))
 	}, util.Timeout, util.Interval).Should(Succeed())
 }
 
@@ -254,8 +256,8 @@ func TestQueueChangeWhileRunningIsRefused(t *testing.T) {
 	g.Expect(env.tenant.Get(ctx, client.ObjectKeyFromObject(tj), &live)).To(Succeed())
 	running := live.DeepCopy()
 	running.Spec.Suspend = ptr.To(false)
-	running.Labels[tytesting.QueueLabel] = queue
+	running.Labels[kueueconstants.QueueLabel] = queue
 	g.Expect(env.tenant.Update(ctx, running, client.DryRunAll)).To(MatchError(ContainSubstring(snapshot.MsgQueueWhileRunning)))
-	live.Labels[tytesting.QueueLabel] = queue
+	live.Labels[kueueconstants.QueueLabel] = queue
 	g.Expect(env.tenant.Update(ctx, &live, client.DryRunAll)).To(Succeed())
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
@@ -41,8 +42,8 @@ func TestQueueLabelAddedLaterIsRefused(t *testing.T) {
 			t.Run(fmt.Sprintf("suspend=%v by %s", suspend, who), func(t *testing.T) {
 				g := NewWithT(t)
 				tj := create(t, unlabelled(fmt.Sprintf("later-%v-%s", suspend, who), "later-src", suspend))
-				g.Expect(tj.Annotations).NotTo(HaveKey(snapshot.AnnotationHash), "an unlabelled job was pinned")
-				tj.Labels = map[string]string{tytesting.QueueLabel: queue}
+				g.Expect(tj.Annotations).NotTo(HaveKey(v1alpha1.AnnotationRuntimeHash), "an unlabelled job was pinned")
+				tj.Labels = map[string]string{kueueconstants.QueueLabel: queue}
 				g.Expect(c.Update(ctx, tj)).To(MatchError(ContainSubstring(snapshot.MsgQueueUnpinned)))
 			})
 		}
@@ -50,21 +51,21 @@ func TestQueueLabelAddedLaterIsRefused(t *testing.T) {
 	t.Run("with forged pin annotations", func(t *testing.T) {
 		g := NewWithT(t)
 		tj := create(t, unlabelled("later-forged", "later-src", true))
-		tj.Labels = map[string]string{tytesting.QueueLabel: queue}
-		tj.Annotations = map[string]string{snapshot.AnnotationSource: "TrainingRuntime/later-src", snapshot.AnnotationHash: "sha256:0123"}
+		tj.Labels = map[string]string{kueueconstants.QueueLabel: queue}
+		tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "TrainingRuntime/later-src", v1alpha1.AnnotationRuntimeHash: "sha256:0123"}
 		g.Expect(env.tenant.Update(ctx, tj)).To(MatchError(ContainSubstring(snapshot.MsgPinImmutable)))
 	})
 	t.Run("created unlabelled with forged pin annotations", func(t *testing.T) {
 		tj := unlabelled("later-preset", "later-src", true)
-		tj.Annotations = map[string]string{snapshot.AnnotationSource: "TrainingRuntime/later-src", snapshot.AnnotationHash: "sha256:0123"}
+		tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeSource: "TrainingRuntime/later-src", v1alpha1.AnnotationRuntimeHash: "sha256:0123"}
 		NewWithT(t).Expect(env.tenant.Create(ctx, tj)).To(MatchError(ContainSubstring(snapshot.MsgPinPreset)))
 	})
 	t.Run("a pinned job changes queue", func(t *testing.T) {
 		g := NewWithT(t)
 		tj := create(t, tytesting.MakeTrainJob("later-pinned", tenant).Queue("other").Suspend(true).
 			RuntimeRef(trainer.TrainingRuntimeKind, "later-src").NumNodes(1).GPUsPerNode(1).Obj())
-		g.Expect(tj.Annotations).To(HaveKey(snapshot.AnnotationHash))
-		tj.Labels[tytesting.QueueLabel] = queue
+		g.Expect(tj.Annotations).To(HaveKey(v1alpha1.AnnotationRuntimeHash))
+		tj.Labels[kueueconstants.QueueLabel] = queue
 		g.Expect(env.tenant.Update(ctx, tj)).To(Succeed())
 	})
 }
@@ -82,7 +83,7 @@ func TestUnpinnedQueuedJobIsRejected(t *testing.T) {
 			var tj *trainer.TrainJob
 			withoutAdmission(t, &admissionregv1.MutatingWebhookConfiguration{}, "trainyard-pin-runtime", func(g Gomega, try int) {
 				tj = create(t, trainJob(fmt.Sprintf("webhook-off-%d", try), src.Name, queue))
-				g.Expect(tj.Annotations).NotTo(HaveKey(snapshot.AnnotationHash), "the webhook is still on")
+				g.Expect(tj.Annotations).NotTo(HaveKey(v1alpha1.AnnotationRuntimeHash), "the webhook is still on")
 			})
 			return tj
 		},
@@ -90,7 +91,7 @@ func TestUnpinnedQueuedJobIsRejected(t *testing.T) {
 			tj := create(t, unlabelled("policy-off", src.Name, true))
 			withoutAdmission(t, &admissionregv1.ValidatingAdmissionPolicyBinding{}, snapshot.PinnedRuntimePolicyName, func(g Gomega, _ int) {
 				g.Expect(env.tenant.Get(context.Background(), client.ObjectKeyFromObject(tj), tj)).To(Succeed())
-				tj.Labels = map[string]string{tytesting.QueueLabel: queue}
+				tj.Labels = map[string]string{kueueconstants.QueueLabel: queue}
 				g.Expect(env.tenant.Update(context.Background(), tj)).To(Succeed())
 			})
 			return tj
@@ -171,10 +172,10 @@ func withoutAdmission(t *testing.T, obj client.Object, name string, do func(g Go
 	g.Eventually(func(g Gomega) {
 		n++
 		pinned := create(t, trainJob(fmt.Sprintf("probe-%s-%d", name, n), "unpinned-src", "other"))
-		g.Expect(pinned.Annotations).To(HaveKey(snapshot.AnnotationHash))
+		g.Expect(pinned.Annotations).To(HaveKey(v1alpha1.AnnotationRuntimeHash))
 		var live trainer.TrainJob
 		g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(probe), &live)).To(Succeed())
-		live.Labels = map[string]string{tytesting.QueueLabel: "other"}
+		live.Labels = map[string]string{kueueconstants.QueueLabel: "other"}
 		// A dry run: a label that went through would stay, and pass from then on.
 		g.Expect(admin.Update(ctx, &live, client.DryRunAll)).To(MatchError(ContainSubstring(snapshot.MsgQueueUnpinned)))
 	}, util.Timeout, util.Interval).Should(Succeed())

@@ -9,14 +9,13 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -98,14 +97,7 @@ func TestBorrowFairSharingAndPriorityPreemption(t *testing.T) {
 // waits until its remote work is gone.
 func submit(t *testing.T, tj *trainer.TrainJob) *trainer.TrainJob {
 	t.Helper()
-	ctx := context.Background()
-	util.CreateTrainJob(NewWithT(t), env.fleet.Hub.Client, tj)
-	t.Cleanup(func() {
-		_ = env.fleet.Hub.Client.Delete(ctx, tj, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		NewWithT(t).Eventually(func(g Gomega) { g.Expect(remoteJobSets(g, tj)).To(BeEmpty()) },
-			util.Timeout, util.Interval).Should(Succeed(), "remote JobSets of %s outlived it", tj.Name)
-	})
-	return tj
+	return util.SubmitTrainJob(t, env.fleet.Hub.Client, tj, func(g Gomega) int { return len(remoteJobSets(g, tj)) })
 }
 
 // expectRunningOn waits until tj is admitted with flavor and its only

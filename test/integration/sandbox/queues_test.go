@@ -15,14 +15,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 	"sigs.k8s.io/yaml"
 
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
-// The sandbox's general queue and flavor (internal/sandbox).
+// The sandbox's general queue and flavor (cmd/trainyard/sandbox).
 const (
 	sandboxNamespace = "team-a"
 	sandboxQueue     = "lq"
@@ -104,7 +105,7 @@ func multiStepExample(g *WithT, h client.Client) *trainer.TrainJob {
 	}
 	g.Expect(tj).NotTo(BeNil(), "05-multi-step.yaml holds no TrainJob")
 	g.Expect(tj.Spec.Trainer.ResourcesPerNode.Requests).To(HaveKey(corev1.ResourceMemory), "the example no longer requests memory")
-	tj.Labels = map[string]string{"kueue.x-k8s.io/queue-name": sandboxQueue}
+	tj.Labels = map[string]string{kueueconstants.QueueLabel: sandboxQueue}
 	return tj
 }
 
@@ -112,12 +113,12 @@ func multiStepExample(g *WithT, h client.Client) *trainer.TrainJob {
 // mpi-operator's pi example as `trainyard convert` prints it for the
 // sandbox's queue (deepspeed-distributed, 1 CPU per node).
 func convertedPi(g *WithT, h client.Client, kubeconfig string) *trainer.TrainJob {
-	rts, err := tyt.AllShippedRuntimes()
+	rts, err := tytesting.AllShippedRuntimes()
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, rt := range rts {
 		g.Expect(h.Create(context.Background(), rt)).To(Succeed())
 	}
-	examples, err := tyt.V1Examples()
+	examples, err := tytesting.V1Examples()
 	g.Expect(err).NotTo(HaveOccurred())
 	var path string
 	for _, ex := range examples {

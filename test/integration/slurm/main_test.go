@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainyard-dev/trainyard/test/harness/slurm"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/slurm"
 )
 
 var (

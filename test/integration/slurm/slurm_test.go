@@ -1,4 +1,4 @@
-// Package slurm_test submits real jobs to the harness cluster (test/harness/slurm)
+// Package slurm_test submits real jobs to the sandbox's Slurm cluster (cmd/trainyard/sandbox/slurm)
 // through slurmrestd, with the SlinkyProject generated clients, as alice with a JWT:
 // the same path trainyard's Slurm backend takes.
 package slurm_test

@@ -12,7 +12,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/registry"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/registry"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )

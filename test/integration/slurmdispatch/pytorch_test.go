@@ -9,9 +9,10 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/internal/sandbox"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -54,7 +55,7 @@ func TestUpstreamMultiNodeExample(t *testing.T) {
 	if tj.Labels == nil {
 		tj.Labels = map[string]string{}
 	}
-	tj.Labels[tytesting.QueueLabel] = queue
+	tj.Labels[kueueconstants.QueueLabel] = queue
 	tj = submit(t, tj)
 	d := dispatchOf(t, tj, phaseIs(v1alpha1.DispatchSucceeded))
 

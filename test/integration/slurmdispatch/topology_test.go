@@ -10,7 +10,6 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
-	"github.com/trainyard-dev/trainyard/hub/placement"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -20,7 +19,7 @@ import (
 func TestRequiredSwitchKeepsJobInOneSwitch(t *testing.T) {
 	g := NewWithT(t)
 	rt := tytesting.MakeClusterTrainingRuntime("switch-slurm").Spec(tytesting.TorchRuntimeSpec(1)).
-		PodAnnotation(placement.TrainyardRequiredTopologyAnnotation, slurm.SwitchLevel).Obj()
+		PodAnnotation(v1alpha1.AnnotationPodSetRequiredTopology, slurm.SwitchLevel).Obj()
 	ctx := context.Background()
 	g.Expect(env.fleet.Hub.Client.Create(ctx, rt)).To(Succeed())
 	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(ctx, rt) })

@@ -25,10 +25,10 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
+	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	hslurm "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/slurm"
 	"github.com/trainyard-dev/trainyard/test/harness/netproxy"
-	hslurm "github.com/trainyard-dev/trainyard/test/harness/slurm"
-	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

@@ -18,14 +18,14 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/targets"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
 // The identities the sandbox runs the hub and the spoke's agent as
-// (internal/sandbox/controllers): users bound to the shipped hub role and
+// (cmd/trainyard/sandbox/controllers): users bound to the shipped hub role and
 // to hub/targets.AgentRBAC, and nothing else.
 func agentUser() string { return "trainyard-agent:" + spoke.Name }
 

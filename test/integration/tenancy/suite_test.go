@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-	"github.com/trainyard-dev/trainyard/test/harness/kube"
-	"github.com/trainyard-dev/trainyard/test/harness/trainyard"
+	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 

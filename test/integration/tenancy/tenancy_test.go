@@ -91,7 +91,7 @@ func TestTenantsAreIsolatedOnOneSpoke(t *testing.T) {
 		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Name: ns}, &n)).To(Succeed())
 		g.Expect(n.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "baseline"))
 		g.Expect(n.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/warn", "restricted"))
-		g.Expect(n.Labels).To(HaveKeyWithValue(kubework.LabelTenant, tenant))
+		g.Expect(n.Labels).To(HaveKeyWithValue(v1alpha1.LabelTenant, tenant))
 		var deny networkingv1.NetworkPolicy
 		g.Expect(spoke.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: kubework.PolicyDefaultDeny}, &deny)).To(Succeed())
 		g.Expect(deny.Spec.PodSelector.MatchLabels).To(BeEmpty(), "the default deny selects every pod")

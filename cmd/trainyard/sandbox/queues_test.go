@@ -5,8 +5,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 )
 
 // TestQueuesHoldWhatTheirTargetsHave: each queue covers cpu, memory and

@@ -28,7 +28,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	slurmrest "github.com/trainyard-dev/trainyard/backends/slurm"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 )
 
 // DefaultURL is where start.sh binds the first cluster's slurmrestd; the chroot shares

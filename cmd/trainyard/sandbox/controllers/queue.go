@@ -11,8 +11,8 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
 )
 
 // Queue is a Kueue ClusterQueue with trainyard's admission check and one

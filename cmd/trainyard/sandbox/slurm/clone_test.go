@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 )
 
 // A first `dev up` on a fresh machine failed: cluster 0 configured the built

@@ -25,11 +25,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	hslurm "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/slurm"
 	"github.com/trainyard-dev/trainyard/hub"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	"github.com/trainyard-dev/trainyard/hub/targets"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
-	hslurm "github.com/trainyard-dev/trainyard/internal/sandbox/slurm"
 	"github.com/trainyard-dev/trainyard/spoke"
 	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )

@@ -17,12 +17,13 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetv1alpha2 "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/slurm"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/slurm"
 	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )
 
@@ -37,7 +38,6 @@ const (
 	// sampleRuntime is not named like any of Kubeflow's runtimes, so
 	// applying those to the sandbox hub leaves the samples' own alone.
 	sampleRuntime = "sandbox-torch"
-	queueLabel    = "kueue.x-k8s.io/queue-name"
 	// SlurmQueue queues TorchSample onto the Slurm target alone: its
 	// ClusterQueue's flavor hpcFlavor is served by "hpc" only.
 	SlurmQueue = "hpc"
@@ -183,7 +183,7 @@ time.sleep(45)
 func sampleTrainJob(name string) *trainer.TrainJob {
 	gpus := *resource.NewQuantity(4, resource.DecimalSI)
 	return &trainer.TrainJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: SampleNamespace, Labels: map[string]string{queueLabel: SampleQueue}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: SampleNamespace, Labels: map[string]string{kueueconstants.QueueLabel: SampleQueue}},
 		Spec: trainer.TrainJobSpec{
 			RuntimeRef: trainer.RuntimeRef{
 				Name: sampleRuntime, APIGroup: ptr.To(trainer.GroupVersion.Group), Kind: ptr.To(trainer.ClusterTrainingRuntimeKind),
@@ -265,7 +265,7 @@ dist.destroy_process_group()
 // per node) in queue.
 func slurmSample(name, queue string) *trainer.TrainJob {
 	tj := sampleTrainJob(name)
-	tj.Labels[queueLabel] = queue
+	tj.Labels[kueueconstants.QueueLabel] = queue
 	one := *resource.NewQuantity(1, resource.DecimalSI)
 	tj.Spec.Trainer.ResourcesPerNode = &corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{fleet.GPUResource: one},

@@ -7,8 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 )
 
 // The sandbox's ClusterQueues are set as sites set them: each covers cpu,

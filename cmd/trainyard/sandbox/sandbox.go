@@ -3,8 +3,8 @@
 // Slurm cluster that runs jobs on its bare nodes and one that runs them in
 // OCI containers pulled from an image registry on loopback (the runners in
 // fleet, slurm, registry and controllers), trainyard's hub and agents, a
-// sample queue and sample TrainJobs. The integration
-// tests run on the same runners through test/harness.
+// sample queue and sample TrainJobs. The integration tests import the same
+// runners directly.
 package sandbox
 
 import (
@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/controllers"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/fleet"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/registry"
-	"github.com/trainyard-dev/trainyard/internal/sandbox/slurm"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/registry"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/slurm"
 )
 
 // KueueVersion is the Kueue release the sandbox hub runs.
