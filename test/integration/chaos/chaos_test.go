@@ -301,13 +301,6 @@ func submitAll(t *testing.T, burst []*trainer.TrainJob) {
 	})
 }
 
-func makeRuntime(t *testing.T, name string, rt *trainer.ClusterTrainingRuntime) {
-	t.Helper()
-	ctx := context.Background()
-	NewWithT(t).Expect(env.fleet.Hub.Client.Create(ctx, rt)).To(Succeed(), name)
-	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(ctx, rt) })
-}
-
 // workloadsOf maps each TrainJob's Workload UID to the TrainJob's name.
 func workloadsOf(g Gomega, burst []*trainer.TrainJob) map[string]string {
 	var list kueue.WorkloadList

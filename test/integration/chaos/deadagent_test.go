@@ -159,7 +159,7 @@ func ensureRuntime(t *testing.T, rt *trainer.ClusterTrainingRuntime) {
 	t.Helper()
 	var existing trainer.ClusterTrainingRuntime
 	if err := env.fleet.Hub.Client.Get(context.Background(), client.ObjectKeyFromObject(rt), &existing); err != nil {
-		makeRuntime(t, rt.Name, rt)
+		util.CreateForTest(t, env.fleet.Hub.Client, rt)
 	}
 }
 

@@ -133,10 +133,6 @@ func run(m *testing.M) (code int) {
 		}()
 	}
 	// The binaries build while the clusters start.
-	type built struct {
-		bins map[string]string
-		err  error
-	}
 	buildDone := make(chan built, 1)
 	go func() {
 		t0 := time.Now()
@@ -155,51 +151,62 @@ func run(m *testing.M) (code int) {
 			code = 1
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	if env.rest, err = env.cluster.RESTClient("v0.0.42"); err != nil {
 		fmt.Fprintln(os.Stderr, "slurmrestd client:", err)
-		return 1
-	}
-	if env.fleet, err = kube.StartFleet(ctx, kube.FleetOptions{Spokes: 2, Dir: filepath.Join(dir, "clusters")}); err != nil {
-		fmt.Fprintln(os.Stderr, "start fleet:", err)
 		return 1
 	}
 	env.procs, env.cut = map[string]*procs.Process{}, map[string]*netproxy.Proxy{}
 	// life bounds what serves the processes for the whole run: the hub's
 	// webhook front door.
 	life, endLife := context.WithCancel(context.Background())
-	defer func() {
-		for _, p := range env.procs {
-			p.Stop(5 * time.Second)
-		}
-		endLife()
-		for _, p := range env.cut {
-			_ = p.Close()
-		}
-		if code != 0 {
-			for _, name := range env.names {
-				p := env.procs[name]
-				fmt.Fprintf(os.Stderr, "----- %s (%s) -----\n%s\n", name, p.LogPath, p.LogTail(6000))
+	defer endLife()
+	return util.RunFleetSuite(m, util.FleetSuite{
+		Fleet:   kube.FleetOptions{Spokes: 2, Dir: filepath.Join(dir, "clusters")},
+		Timeout: 5 * time.Minute,
+		// TestMain discards the recorders' logs; trainyard runs as processes.
+		KeepLogger: true,
+		Nodes:      func(s *kube.Cluster) []kube.NodeSpec { return util.KwokNodes(s, nodesPerSpoke, gpusPerNode) },
+		NodesReady: true,
+		// One ClusterQueue for the spokes' flavor and one for Slurm's, each
+		// with as much quota as its targets have GPUs, so jobs wait in
+		// Kueue rather than in placement.
+		Queues: []trainyard.Queue{
+			{ClusterQueue: "cq-kube", Namespace: tenant, LocalQueue: kubeQueue, Flavor: kubeFlavor,
+				GPUs: strconv.Itoa(2 * nodesPerSpoke * gpusPerNode)},
+			{ClusterQueue: "cq-hpc", Namespace: tenant, LocalQueue: hpcQueue, Flavor: hpcFlavor, GPUs: strconv.Itoa(slurmGPUs)},
+		},
+		SetUp: func(ctx context.Context, e *util.FleetEnv) error {
+			env.fleet = e.Fleet
+			return startProcesses(ctx, life, dir, buildDone)
+		},
+		Teardown: func(code int) {
+			for _, p := range env.procs {
+				p.Stop(5 * time.Second)
 			}
-		}
-		util.DumpLogsOnFailure(code, append([]*kube.Cluster{env.fleet.Hub}, env.fleet.Spokes...)...)
-		_ = env.fleet.Stop()
-	}()
-	for _, s := range env.fleet.Spokes {
-		var nodes []kube.NodeSpec
-		for i := range nodesPerSpoke {
-			nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("%s-gpu-%d", s.Name, i), GPUs: gpusPerNode})
-		}
-		if _, err := util.SetUpSpoke(ctx, s, nodes); err != nil {
-			fmt.Fprintln(os.Stderr, "set up spoke:", err)
-			return 1
-		}
-	}
-	if err := setUpQueues(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "set up queues:", err)
-		return 1
-	}
+			endLife()
+			for _, p := range env.cut {
+				_ = p.Close()
+			}
+			if code != 0 {
+				for _, name := range env.names {
+					p := env.procs[name]
+					fmt.Fprintf(os.Stderr, "----- %s (%s) -----\n%s\n", name, p.LogPath, p.LogTail(6000))
+				}
+			}
+		},
+	})
+}
+
+// built is the hub and agent binaries, or why they did not build.
+type built struct {
+	bins map[string]string
+	err  error
+}
+
+// startProcesses registers the targets, then starts the hub and agent
+// replicas once their binaries are built, and waits until every target's
+// agent holds its lease.
+func startProcesses(ctx, life context.Context, dir string, buildDone <-chan built) error {
 	o := trainyard.Options{
 		Flavor: kubeFlavor, LeaseDuration: leaseDuration, FenceAfter: fenceAfter, LeaseGrace: leaseGrace, LeaseRenewInterval: renewEvery,
 		HeartbeatInterval: time.Second, FenceInterval: 2 * time.Second, Resync: 2 * time.Second,
@@ -211,47 +218,25 @@ func run(m *testing.M) (code int) {
 	}
 	reg, err := trainyard.Register(ctx, env.fleet, o)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "register targets:", err)
-		return 1
+		return fmt.Errorf("register targets: %w", err)
 	}
 	env.metricsURL = reg.MetricsURL
 	if err := setLeaseLoss(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "targets:", err)
-		return 1
+		return fmt.Errorf("targets: %w", err)
 	}
 	b := <-buildDone
 	if b.err != nil {
-		fmt.Fprintln(os.Stderr, b.err)
-		return 1
+		return b.err
 	}
 	if err := makeProcesses(life, dir, b.bins, reg, o); err != nil {
-		fmt.Fprintln(os.Stderr, "processes:", err)
-		return 1
+		return fmt.Errorf("processes: %w", err)
 	}
 	for _, name := range env.names {
 		if err := env.procs[name].Start(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+			return err
 		}
 	}
-	if err := waitAvailable(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
-
-// setUpQueues makes one ClusterQueue for the spokes' flavor and one for
-// Slurm's, each with as much quota as its targets have GPUs, so jobs wait
-// in Kueue rather than in placement.
-func setUpQueues(ctx context.Context) error {
-	h := env.fleet.Hub
-	if err := trainyard.SetUpQueue(ctx, h, trainyard.Queue{ClusterQueue: "cq-kube", Namespace: tenant, LocalQueue: kubeQueue,
-		Flavor: kubeFlavor, GPUs: strconv.Itoa(2 * nodesPerSpoke * gpusPerNode)}); err != nil {
-		return err
-	}
-	return trainyard.SetUpQueue(ctx, h, trainyard.Queue{ClusterQueue: "cq-hpc", Namespace: tenant, LocalQueue: hpcQueue,
-		Flavor: hpcFlavor, GPUs: strconv.Itoa(slurmGPUs)})
+	return waitAvailable(ctx)
 }
 
 // setLeaseLoss makes the spokes' Targets requeue a lost target's jobs

@@ -21,9 +21,7 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -77,7 +75,6 @@ func flavorOf(target string) string { return "f-" + target }
 var env struct {
 	fleet   *kube.Fleet
 	cluster *hslurm.Cluster
-	ctrls   *trainyard.Controllers
 }
 
 func TestMain(m *testing.M) {
@@ -90,7 +87,6 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (code int) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-conformance-controllers.log")), zap.UseDevMode(true)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var err error
@@ -104,61 +100,52 @@ func run(m *testing.M) (code int) {
 			code = 1
 		}
 	}()
-	if env.fleet, err = kube.StartFleet(ctx, kube.FleetOptions{Spokes: 2, LWS: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")}); err != nil {
-		fmt.Fprintln(os.Stderr, "start fleet:", err)
-		return 1
-	}
-	defer func() {
-		if env.ctrls != nil {
-			env.ctrls.Stop()
-		}
-		util.DumpLogsOnFailure(code, append([]*kube.Cluster{env.fleet.Hub}, env.fleet.Spokes...)...)
-		_ = env.fleet.Stop()
-	}()
-	if err := setUpSpokes(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "set up spokes:", err)
-		return 1
-	}
-	if err := setUpQueues(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "set up queues:", err)
-		return 1
-	}
-	env.ctrls, err = trainyard.Start(ctx, env.fleet, trainyard.Options{
-		Flavor: anyFlavor, SpokeNamespace: spokeNamespace,
-		AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{cacheInitializerSA, exampleSA},
-			TolerationKeys: []string{exampleTaintKey}, NodeSelectorKeys: []string{exampleNodeLabel}},
-		SpokeBackends:     map[string]v1alpha1.KubernetesBackend{"spoke2": v1alpha1.KubernetesBackendLeaderWorkerSet},
-		LostTargetTimeout: 5 * time.Minute, HeartbeatInterval: time.Second,
-		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
-		Slurm: []trainyard.SlurmTarget{{
-			Name: "hpc", Cluster: env.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
-			Partitions: []v1alpha1.SlurmPartition{{Flavor: anyFlavor, Partition: "gpu"}, {Flavor: flavorOf("hpc"), Partition: "gpu"}},
-			Accounts:   []v1alpha1.SlurmAccount{{Namespace: tenant, User: "alice"}},
-		}},
+	return util.RunFleetSuite(m, util.FleetSuite{
+		Fleet:      kube.FleetOptions{Spokes: 2, LWS: true},
+		Timeout:    5 * time.Minute,
+		LogFile:    "trainyard-conformance-controllers.log",
+		Nodes:      func(s *kube.Cluster) []kube.NodeSpec { return spokeNodes(s.Name) },
+		NodesReady: true,
+		SetUp: func(ctx context.Context, e *util.FleetEnv) error {
+			env.fleet = e.Fleet
+			if err := setUpSpokes(ctx); err != nil {
+				return fmt.Errorf("set up spokes: %w", err)
+			}
+			if err := setUpQueues(ctx); err != nil {
+				return fmt.Errorf("set up queues: %w", err)
+			}
+			return nil
+		},
+		Options: &trainyard.Options{
+			Flavor: anyFlavor, SpokeNamespace: spokeNamespace,
+			AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{cacheInitializerSA, exampleSA},
+				TolerationKeys: []string{exampleTaintKey}, NodeSelectorKeys: []string{exampleNodeLabel}},
+			SpokeBackends:     map[string]v1alpha1.KubernetesBackend{"spoke2": v1alpha1.KubernetesBackendLeaderWorkerSet},
+			LostTargetTimeout: 5 * time.Minute, HeartbeatInterval: time.Second,
+			FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
+			Slurm: []trainyard.SlurmTarget{{
+				Name: "hpc", Cluster: env.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
+				Partitions: []v1alpha1.SlurmPartition{{Flavor: anyFlavor, Partition: "gpu"}, {Flavor: flavorOf("hpc"), Partition: "gpu"}},
+				Accounts:   []v1alpha1.SlurmAccount{{Namespace: tenant, User: "alice"}},
+			}},
+		},
+		Started: func(ctx context.Context, _ *util.FleetEnv) error {
+			if err := serveTargetFlavors(ctx); err != nil {
+				return fmt.Errorf("target flavors: %w", err)
+			}
+			if err := applyShippedRuntimes(ctx); err != nil {
+				return fmt.Errorf("apply Kubeflow's runtimes: %w", err)
+			}
+			return nil
+		},
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start trainyard:", err)
-		return 1
-	}
-	if err := serveTargetFlavors(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "target flavors:", err)
-		return 1
-	}
-	if err := applyShippedRuntimes(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "apply Kubeflow's runtimes:", err)
-		return 1
-	}
-	return m.Run()
 }
 
-// setUpSpokes gives each spoke 4 kwok nodes of 4 GPUs, and the
-// ServiceAccount Trainer's data cache runs as, in the tenant's namespace
-// (which the Targets allow).
+// setUpSpokes makes, on each spoke (whose 4 kwok nodes of 4 GPUs the suite
+// adds), the ServiceAccounts Trainer's data cache and its runtime-patches
+// example run as, in the tenant's namespace (which the Targets allow).
 func setUpSpokes(ctx context.Context) error {
 	for _, s := range env.fleet.Spokes {
-		if _, err := util.SetUpSpoke(ctx, s, spokeNodes(s.Name)); err != nil {
-			return err
-		}
 		ns := kubework.TenantNamespace(spokeNamespace, tenant)
 		if err := s.EnsureNamespace(ctx, ns); err != nil {
 			return err

@@ -15,7 +15,6 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
-	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -23,11 +22,8 @@ import (
 // for runFor, and deletes it when the test ends.
 func makeRuntime(t *testing.T, name, runFor string) *trainer.ClusterTrainingRuntime {
 	t.Helper()
-	rt := tytesting.MakeClusterTrainingRuntime(name).Toleration(kube.KwokToleration).
-		PodAnnotation("kwok.trainyard.dev/run-for", runFor).Obj()
-	ctx := context.Background()
-	NewWithT(t).Expect(env.fleet.Hub.Client.Create(ctx, rt)).To(Succeed())
-	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(ctx, rt) })
+	rt := util.KwokRuntime(name, runFor).Obj()
+	util.CreateForTest(t, env.fleet.Hub.Client, rt)
 	return rt
 }
 

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
@@ -52,63 +50,35 @@ type environment struct {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(util.RunFleetSuite(m, util.FleetSuite{
+		Fleet:  kube.FleetOptions{Spokes: 2},
+		Nodes:  rackedNodes,
+		Queues: []trainyard.Queue{{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}},
+		Options: &trainyard.Options{
+			Flavor: flavor, TopologyLevels: []string{"topology.kubernetes.io/rack"},
+			LostTargetTimeout: lostTimeout, LeaseGrace: leaseGrace, HeartbeatInterval: heartbeatEvery,
+			// Kubeflow's torch-distributed-with-cache runs its initializer as this.
+			AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{"kubeflow-trainer-cache-initializer"}},
+			FenceInterval:    2 * time.Second, Resync: 5 * time.Second,
+			SpokeStatus: true,
+		},
+		Started: func(_ context.Context, e *util.FleetEnv) error {
+			c := e.Controllers
+			env = &environment{fleet: e.Fleet, hub: c.Hub, agents: c.Agents,
+				agentCfg: c.AgentConfigs, metricsURL: c.MetricsURL, statusAddrs: c.StatusAddrs}
+			return nil
+		},
+	}))
 }
 
-func run(m *testing.M) (code int) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-controllers.log")), zap.UseDevMode(true)))
-	ctx := context.Background()
-	f, err := kube.StartFleet(ctx, kube.FleetOptions{Spokes: 2, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start fleet:", err)
-		return 1
+// rackedNodes are a spoke's nodesPerSpoke nodes, two to a rack.
+func rackedNodes(s *kube.Cluster) []kube.NodeSpec {
+	var nodes []kube.NodeSpec
+	for i := 0; i < nodesPerSpoke; i++ {
+		nodes = append(nodes, kube.NodeSpec{
+			Name: fmt.Sprintf("%s-gpu-%d", s.Name, i), GPUs: gpusPerNode,
+			Labels: map[string]string{"topology.kubernetes.io/rack": fmt.Sprintf("rack-%d", i/2)},
+		})
 	}
-	var controllers *trainyard.Controllers
-	defer func() {
-		if controllers != nil {
-			controllers.Stop()
-		}
-		util.DumpLogsOnFailure(code, append([]*kube.Cluster{f.Hub}, f.Spokes...)...)
-		_ = f.Stop()
-	}()
-	if err := addNodes(ctx, f); err != nil {
-		fmt.Fprintln(os.Stderr, "add nodes:", err)
-		return 1
-	}
-	q := trainyard.Queue{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}
-	if err := trainyard.SetUpQueue(ctx, f.Hub, q); err != nil {
-		fmt.Fprintln(os.Stderr, "set up queues:", err)
-		return 1
-	}
-	controllers, err = trainyard.Start(ctx, f, trainyard.Options{
-		Flavor: flavor, TopologyLevels: []string{"topology.kubernetes.io/rack"},
-		LostTargetTimeout: lostTimeout, LeaseGrace: leaseGrace, HeartbeatInterval: heartbeatEvery,
-		// Kubeflow's torch-distributed-with-cache runs its initializer as this.
-		AllowedPodFields: &v1alpha1.AllowedPodFields{ServiceAccountNames: []string{"kubeflow-trainer-cache-initializer"}},
-		FenceInterval:    2 * time.Second, Resync: 5 * time.Second,
-		SpokeStatus: true,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start trainyard:", err)
-		return 1
-	}
-	env = &environment{fleet: f, hub: controllers.Hub, agents: controllers.Agents,
-		agentCfg: controllers.AgentConfigs, metricsURL: controllers.MetricsURL, statusAddrs: controllers.StatusAddrs}
-	return m.Run()
-}
-
-func addNodes(ctx context.Context, f *kube.Fleet) error {
-	for _, s := range f.Spokes {
-		var nodes []kube.NodeSpec
-		for i := 0; i < nodesPerSpoke; i++ {
-			nodes = append(nodes, kube.NodeSpec{
-				Name: fmt.Sprintf("%s-gpu-%d", s.Name, i), GPUs: gpusPerNode,
-				Labels: map[string]string{"topology.kubernetes.io/rack": fmt.Sprintf("rack-%d", i/2)},
-			})
-		}
-		if err := s.AddKwokNodes(ctx, nodes...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return nodes
 }

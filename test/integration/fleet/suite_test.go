@@ -4,7 +4,6 @@ package fleet
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 
@@ -15,20 +14,13 @@ import (
 var fleet *kube.Fleet
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) (code int) {
-	f, err := kube.StartFleet(context.Background(), kube.FleetOptions{Spokes: 2, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start fleet:", err)
-		return 1
-	}
-	fmt.Printf("fleet of hub + %d spokes started in %v\n", len(f.Spokes), f.StartDuration.Round(100_000_000))
-	fleet = f
-	defer func() {
-		util.DumpLogsOnFailure(code, append([]*kube.Cluster{f.Hub}, f.Spokes...)...)
-		_ = f.Stop()
-	}()
-	return m.Run()
+	os.Exit(util.RunFleetSuite(m, util.FleetSuite{
+		Fleet: kube.FleetOptions{Spokes: 2},
+		// Only the harness runs: no trainyard, nothing of it to log.
+		KeepLogger: true,
+		SetUp: func(_ context.Context, e *util.FleetEnv) error {
+			fleet = e.Fleet
+			return nil
+		},
+	}))
 }

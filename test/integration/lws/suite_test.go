@@ -7,14 +7,11 @@ package lws
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
@@ -54,51 +51,21 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) (code int) {
-	ctrllog.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-controllers.log")), zap.UseDevMode(true)))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	t0 := time.Now()
-	f, err := kube.StartFleet(ctx, kube.FleetOptions{Spokes: 1, LWS: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start fleet:", err)
-		return 1
-	}
-	fleet, spoke = f, f.Spokes[0]
-	var controllers *trainyard.Controllers
-	defer func() {
-		if controllers != nil {
-			controllers.Stop()
-		}
-		util.DumpLogsOnFailure(code, f.Hub, spoke)
-		cancel()
-		_ = f.Stop()
-	}()
-	if err := setUp(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "set up:", err)
-		return 1
-	}
-	controllers, err = trainyard.Start(ctx, f, trainyard.Options{
-		Flavor: flavor, TopologyLevels: []string{rackLabel}, SpokeNamespace: agentPrefix,
-		SpokeBackends:     map[string]v1alpha1.KubernetesBackend{spoke.Name: v1alpha1.KubernetesBackendLeaderWorkerSet},
-		HeartbeatInterval: 2 * time.Second, Resync: 5 * time.Second,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start trainyard:", err)
-		return 1
-	}
-	fmt.Printf("hub and LWS spoke with %d kwok GPU nodes ready in %v\n", len(nodes), time.Since(t0).Round(100*time.Millisecond))
-	return m.Run()
-}
-
-func setUp(ctx context.Context) (err error) {
-	if cached, err = util.SetUpSpoke(ctx, spoke, nodes); err != nil {
-		return err
-	}
-	return trainyard.SetUpQueue(ctx, fleet.Hub, trainyard.Queue{
-		ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "16",
-	})
+	os.Exit(util.RunFleetSuite(m, util.FleetSuite{
+		Fleet:      kube.FleetOptions{Spokes: 1, LWS: true},
+		Nodes:      func(*kube.Cluster) []kube.NodeSpec { return nodes },
+		NodesReady: true,
+		Queues:     []trainyard.Queue{{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "16"}},
+		SetUp: func(_ context.Context, e *util.FleetEnv) error {
+			fleet, spoke = e.Fleet, e.Spokes[0]
+			cached = e.Cached[spoke.Name]
+			return nil
+		},
+		Options: &trainyard.Options{
+			Flavor: flavor, TopologyLevels: []string{rackLabel}, SpokeNamespace: agentPrefix,
+			// StartFleet names its one spoke spoke1.
+			SpokeBackends:     map[string]v1alpha1.KubernetesBackend{"spoke1": v1alpha1.KubernetesBackendLeaderWorkerSet},
+			HeartbeatInterval: 2 * time.Second, Resync: 5 * time.Second,
+		},
+	}))
 }

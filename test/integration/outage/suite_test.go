@@ -16,11 +16,9 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
-
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
@@ -38,7 +36,7 @@ const (
 	hpcTarget             = "hpc"
 	slurmUser             = "alice"
 	gpusPerNode           = 4
-	nodesPerSpoke         = 2
+	spokes, nodesPerSpoke = 1, 2
 	// slurmGPUs: the harness cluster has 4 nodes of 4 GPUs.
 	slurmGPUs = 16
 	// workDir is the Slurm Target's spec.slurm.workDir; the jobs write
@@ -68,7 +66,6 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (code int) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-outage-controllers.log")), zap.UseDevMode(true)))
 	// The Slurm start may wait for the instance's lock; the rest has 5 minutes.
 	slurmCtx, slurmCancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer slurmCancel()
@@ -78,92 +75,62 @@ func run(m *testing.M) (code int) {
 		env.cluster, err = hslurm.Start(slurmCtx, hslurm.Options{Instance: slurmInstance})
 		slurmDone <- err
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	f, fleetErr := kube.StartFleet(ctx, kube.FleetOptions{Spokes: 1, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
-	if err := <-slurmDone; err != nil {
-		fmt.Fprintln(os.Stderr, "start Slurm:", err)
-		if f != nil {
-			_ = f.Stop()
-		}
-		return 1
-	}
+	// slurmUp waits for the Slurm start that runs beside the fleet's.
+	slurmUp := sync.OnceValue(func() error { return <-slurmDone })
 	defer func() {
+		if slurmUp() != nil {
+			return
+		}
 		if err := env.cluster.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "FAIL: stop Slurm cluster:", err)
 			code = 1
 		}
 	}()
-	if fleetErr != nil {
-		fmt.Fprintln(os.Stderr, "start fleet:", fleetErr)
-		return 1
-	}
-	env.fleet = f
-	var controllers *trainyard.Controllers
-	defer func() {
-		if controllers != nil {
-			controllers.Stop()
-		}
-		util.DumpLogsOnFailure(code, append([]*kube.Cluster{f.Hub}, f.Spokes...)...)
-		_ = f.Stop()
-		stopEtcds()
-	}()
-	if controllers, code = setUp(ctx); code != 0 {
-		return code
-	}
-	return m.Run()
-}
-
-// setUp makes the spoke's nodes, the Slurm users' work folders and the
-// queues, and starts trainyard with production lease settings.
-func setUp(ctx context.Context) (*trainyard.Controllers, int) {
-	var err error
-	if env.rest, err = env.cluster.RESTClient("v0.0.42"); err != nil {
-		fmt.Fprintln(os.Stderr, "slurmrestd client:", err)
-		return nil, 1
-	}
-	if err := env.cluster.MakeWorkDirs(ctx, workDir, slurmUser); err != nil {
-		fmt.Fprintln(os.Stderr, "make work directories:", err)
-		return nil, 1
-	}
-	for _, s := range env.fleet.Spokes {
-		var nodes []kube.NodeSpec
-		for i := range nodesPerSpoke {
-			nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("%s-gpu-%d", s.Name, i), GPUs: gpusPerNode})
-		}
-		if _, err := util.SetUpSpoke(ctx, s, nodes); err != nil {
-			fmt.Fprintln(os.Stderr, "set up spoke:", err)
-			return nil, 1
-		}
-	}
-	h := env.fleet.Hub
-	for _, q := range []trainyard.Queue{
-		{ClusterQueue: "cq-kube", Namespace: tenant, LocalQueue: kubeQueue, Flavor: kubeFlavor,
-			GPUs: strconv.Itoa(len(env.fleet.Spokes) * nodesPerSpoke * gpusPerNode)},
-		{ClusterQueue: "cq-hpc", Namespace: tenant, LocalQueue: hpcQueue, Flavor: hpcFlavor, GPUs: strconv.Itoa(slurmGPUs)},
-	} {
-		if err := trainyard.SetUpQueue(ctx, h, q); err != nil {
-			fmt.Fprintln(os.Stderr, "set up queues:", err)
-			return nil, 1
-		}
-	}
+	defer stopEtcds() // after the hub
 	// No LeaseDuration, LeaseGrace, LeaseRenewInterval or FenceAfter: the
 	// hub and the agents run with the defaults a release ships (40 s
 	// lease renewed every 10 s, 15 min fence-after) and the Targets with
 	// the API's leaseLoss, Requeue. The other paces only make the test
 	// see changes sooner.
-	c, err := trainyard.Start(ctx, env.fleet, trainyard.Options{
+	opts := trainyard.Options{
 		Flavor: kubeFlavor, HeartbeatInterval: time.Second, FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
 		Slurm: []trainyard.SlurmTarget{{
-			Name: hpcTarget, Cluster: env.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
+			Name: hpcTarget, APIVersion: "v0.0.42", PollInterval: time.Second,
 			Partitions: []v1alpha1.SlurmPartition{{Flavor: hpcFlavor, Partition: "gpu"}},
 			Accounts:   []v1alpha1.SlurmAccount{{Namespace: tenant, User: slurmUser}},
 			WorkDir:    workDir,
 		}},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start trainyard:", err)
-		return nil, 1
 	}
-	return c, 0
+	return util.RunFleetSuite(m, util.FleetSuite{
+		Fleet:      kube.FleetOptions{Spokes: spokes},
+		Timeout:    5 * time.Minute,
+		LogFile:    "trainyard-outage-controllers.log",
+		Nodes:      func(s *kube.Cluster) []kube.NodeSpec { return util.KwokNodes(s, nodesPerSpoke, gpusPerNode) },
+		NodesReady: true,
+		Queues: []trainyard.Queue{
+			{ClusterQueue: "cq-kube", Namespace: tenant, LocalQueue: kubeQueue, Flavor: kubeFlavor,
+				GPUs: strconv.Itoa(spokes * nodesPerSpoke * gpusPerNode)},
+			{ClusterQueue: "cq-hpc", Namespace: tenant, LocalQueue: hpcQueue, Flavor: hpcFlavor, GPUs: strconv.Itoa(slurmGPUs)},
+		},
+		SetUp: func(ctx context.Context, e *util.FleetEnv) error {
+			env.fleet = e.Fleet
+			if err := slurmUp(); err != nil {
+				return fmt.Errorf("start Slurm: %w", err)
+			}
+			opts.Slurm[0].Cluster = env.cluster
+			return setUpSlurm(ctx)
+		},
+		Options: &opts,
+	})
+}
+
+// setUpSlurm makes the REST client and the Slurm users' work folders.
+func setUpSlurm(ctx context.Context) (err error) {
+	if env.rest, err = env.cluster.RESTClient("v0.0.42"); err != nil {
+		return fmt.Errorf("slurmrestd client: %w", err)
+	}
+	if err := env.cluster.MakeWorkDirs(ctx, workDir, slurmUser); err != nil {
+		return fmt.Errorf("make work directories: %w", err)
+	}
+	return nil
 }

@@ -16,7 +16,6 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/targets"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
@@ -190,15 +189,11 @@ func completesOnce(t *testing.T, tj *trainer.TrainJob) {
 // deleted while running, stay Terminating for stopFor ("": go at once).
 func makeRuntime(t *testing.T, name, runFor, stopFor string) {
 	t.Helper()
-	w := tytesting.MakeClusterTrainingRuntime(name).Toleration(kube.KwokToleration).
-		PodAnnotation("kwok.trainyard.dev/run-for", runFor)
+	w := util.KwokRuntime(name, runFor)
 	if stopFor != "" {
 		w = w.PodAnnotation("kwok.trainyard.dev/stop-for", stopFor)
 	}
-	rt := w.Obj()
-	ctx := context.Background()
-	NewWithT(t).Expect(env.fleet.Hub.Client.Create(ctx, rt)).To(Succeed())
-	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(ctx, rt) })
+	util.CreateForTest(t, env.fleet.Hub.Client, w.Obj())
 }
 
 func trainJob(name, runtime string) *trainer.TrainJob {

@@ -17,8 +17,6 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
@@ -51,70 +49,51 @@ type environment struct {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	env = &environment{proxies: map[string]*netproxy.Proxy{}}
+	clocks := map[string]clock.Clock{}
+	os.Exit(util.RunFleetSuite(m, util.FleetSuite{
+		Fleet:  kube.FleetOptions{Spokes: 2},
+		Nodes:  func(s *kube.Cluster) []kube.NodeSpec { return util.KwokNodes(s, nodesPerSpoke, gpusPerNode) },
+		Queues: []trainyard.Queue{{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}},
+		SetUp: func(_ context.Context, e *util.FleetEnv) error {
+			env.fleet = e.Fleet
+			return startProxies(e.Fleet, clocks)
+		},
+		Options: &trainyard.Options{
+			Flavor: flavor, LeaseDuration: leaseDuration, LeaseGrace: leaseGrace, LeaseRenewInterval: renewEvery,
+			HeartbeatInterval: time.Second, FenceInterval: 2 * time.Second, Resync: 2 * time.Second,
+			AgentClocks: clocks,
+			AgentHubConfig: func(target string, cfg *rest.Config) *rest.Config {
+				cfg.Host = "https://" + env.proxies[target].Addr()
+				return cfg
+			},
+		},
+		Started: func(_ context.Context, e *util.FleetEnv) error {
+			env.metricsURL = e.Controllers.MetricsURL
+			return nil
+		},
+		Teardown: func(int) {
+			for _, p := range env.proxies {
+				_ = p.Close()
+			}
+		},
+	}))
 }
 
-func run(m *testing.M) (code int) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-controllers.log")), zap.UseDevMode(true)))
-	ctx := context.Background()
-	f, err := kube.StartFleet(ctx, kube.FleetOptions{Spokes: 2, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start fleet:", err)
-		return 1
-	}
-	env = &environment{fleet: f, proxies: map[string]*netproxy.Proxy{}}
-	var controllers *trainyard.Controllers
-	defer func() {
-		if controllers != nil {
-			controllers.Stop()
-		}
-		for _, p := range env.proxies {
-			_ = p.Close()
-		}
-		util.DumpLogsOnFailure(code, append([]*kube.Cluster{f.Hub}, f.Spokes...)...)
-		_ = f.Stop()
-	}()
+// startProxies starts each spoke's agent's proxy to the hub and gives it
+// its skewed clock.
+func startProxies(f *kube.Fleet, clocks map[string]clock.Clock) error {
 	hubURL, err := url.Parse(f.Hub.Config.Host)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "hub address:", err)
-		return 1
+		return fmt.Errorf("hub address: %w", err)
 	}
-	clocks := map[string]clock.Clock{}
 	for _, s := range f.Spokes {
 		if env.proxies[s.Name], err = netproxy.Start(hubURL.Host); err != nil {
-			fmt.Fprintln(os.Stderr, "proxy:", err)
-			return 1
+			return fmt.Errorf("proxy: %w", err)
 		}
 		clocks[s.Name] = skewedClock{offset: skew[s.Name]}
-		var nodes []kube.NodeSpec
-		for i := 0; i < nodesPerSpoke; i++ {
-			nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("%s-gpu-%d", s.Name, i), GPUs: gpusPerNode})
-		}
-		if err := s.AddKwokNodes(ctx, nodes...); err != nil {
-			fmt.Fprintln(os.Stderr, "add nodes:", err)
-			return 1
-		}
 	}
-	q := trainyard.Queue{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}
-	if err := trainyard.SetUpQueue(ctx, f.Hub, q); err != nil {
-		fmt.Fprintln(os.Stderr, "set up queues:", err)
-		return 1
-	}
-	controllers, err = trainyard.Start(ctx, f, trainyard.Options{
-		Flavor: flavor, LeaseDuration: leaseDuration, LeaseGrace: leaseGrace, LeaseRenewInterval: renewEvery,
-		HeartbeatInterval: time.Second, FenceInterval: 2 * time.Second, Resync: 2 * time.Second,
-		AgentClocks: clocks,
-		AgentHubConfig: func(target string, cfg *rest.Config) *rest.Config {
-			cfg.Host = "https://" + env.proxies[target].Addr()
-			return cfg
-		},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start trainyard:", err)
-		return 1
-	}
-	env.metricsURL = controllers.MetricsURL
-	return m.Run()
+	return nil
 }
 
 // skewedClock is the real clock moved by offset: the agent's timestamps

@@ -16,9 +16,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
@@ -35,8 +33,7 @@ const (
 )
 
 var env struct {
-	fleet       *kube.Fleet
-	controllers *trainyard.Controllers
+	fleet *kube.Fleet
 	// tenant is a client of a team-a user who may do anything with
 	// TrainJobs and TrainingRuntimes in team-a, and nothing more.
 	tenant client.Client
@@ -48,42 +45,22 @@ func TestMain(m *testing.M) {
 		fmt.Println("skipping pinning tests in -short mode")
 		os.Exit(0)
 	}
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) (code int) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-pinning-controllers.log")), zap.UseDevMode(true)))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var err error
-	if env.fleet, err = kube.StartFleet(ctx, kube.FleetOptions{HubOnly: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")}); err != nil {
-		fmt.Fprintln(os.Stderr, "start hub:", err)
-		return 1
-	}
-	defer func() {
-		if env.controllers != nil {
-			env.controllers.Stop()
-		}
-		util.DumpLogsOnFailure(code, env.fleet.Hub)
-		_ = env.fleet.Stop()
-	}()
-	q := trainyard.Queue{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}
-	if err := trainyard.SetUpQueue(ctx, env.fleet.Hub, q); err != nil {
-		fmt.Fprintln(os.Stderr, "set up queues:", err)
-		return 1
-	}
-	if env.tenant, err = tenantClient(ctx, env.fleet.Hub, "tenant-a", tenant); err != nil {
-		fmt.Fprintln(os.Stderr, "tenant user:", err)
-		return 1
-	}
-	env.controllers, err = trainyard.Start(ctx, env.fleet, trainyard.Options{
-		Flavor: flavor, LostTargetTimeout: time.Minute, HeartbeatInterval: time.Second, PinnedRuntimeGracePeriod: gcGrace,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start trainyard:", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(util.RunFleetSuite(m, util.FleetSuite{
+		Fleet:   kube.FleetOptions{HubOnly: true},
+		Timeout: 5 * time.Minute,
+		LogFile: "trainyard-pinning-controllers.log",
+		Queues:  []trainyard.Queue{{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}},
+		SetUp: func(ctx context.Context, e *util.FleetEnv) (err error) {
+			env.fleet = e.Fleet
+			if env.tenant, err = tenantClient(ctx, e.Hub, "tenant-a", tenant); err != nil {
+				return fmt.Errorf("tenant user: %w", err)
+			}
+			return nil
+		},
+		Options: &trainyard.Options{
+			Flavor: flavor, LostTargetTimeout: time.Minute, HeartbeatInterval: time.Second, PinnedRuntimeGracePeriod: gcGrace,
+		},
+	}))
 }
 
 // tenantClient makes user, allowed everything on TrainJobs and

@@ -16,9 +16,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
@@ -40,49 +38,21 @@ var env struct {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) (code int) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-controllers.log")), zap.UseDevMode(true)))
-	ctx := context.Background()
-	f, err := kube.StartFleet(ctx, kube.FleetOptions{Spokes: 2, KueueFairSharing: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start fleet:", err)
-		return 1
-	}
-	var controllers *trainyard.Controllers
-	defer func() {
-		if controllers != nil {
-			controllers.Stop()
-		}
-		util.DumpLogsOnFailure(code, append([]*kube.Cluster{f.Hub}, f.Spokes...)...)
-		_ = f.Stop()
-	}()
-	for _, s := range f.Spokes {
-		var nodes []kube.NodeSpec
-		for i := 0; i < nodesPerSpoke; i++ {
-			nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("%s-gpu-%d", s.Name, i), GPUs: gpusPerNode})
-		}
-		if err := s.AddKwokNodes(ctx, nodes...); err != nil {
-			fmt.Fprintln(os.Stderr, "add nodes:", err)
-			return 1
-		}
-	}
-	if env.samples, err = applySamples(ctx, f.Hub); err != nil {
-		fmt.Fprintln(os.Stderr, "apply samples:", err)
-		return 1
-	}
-	controllers, err = trainyard.Start(ctx, f, trainyard.Options{
-		SpokeFlavors: sampleFlavors, HeartbeatInterval: time.Second,
-		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start trainyard:", err)
-		return 1
-	}
-	env.fleet = f
-	return m.Run()
+	os.Exit(util.RunFleetSuite(m, util.FleetSuite{
+		Fleet: kube.FleetOptions{Spokes: 2, KueueFairSharing: true},
+		Nodes: func(s *kube.Cluster) []kube.NodeSpec { return util.KwokNodes(s, nodesPerSpoke, gpusPerNode) },
+		SetUp: func(ctx context.Context, e *util.FleetEnv) (err error) {
+			env.fleet = e.Fleet
+			if env.samples, err = applySamples(ctx, e.Hub); err != nil {
+				return fmt.Errorf("apply samples: %w", err)
+			}
+			return nil
+		},
+		Options: &trainyard.Options{
+			SpokeFlavors: sampleFlavors, HeartbeatInterval: time.Second,
+			FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
+		},
+	}))
 }
 
 // applySamples creates the sample namespaces and Kueue objects unchanged.

@@ -31,10 +31,7 @@ const slurmTimeout = 2 * time.Minute
 // makeRuntime creates a ClusterTrainingRuntime from spec for the test.
 func makeRuntime(t *testing.T, name string, spec trainer.TrainingRuntimeSpec) {
 	t.Helper()
-	rt := tytesting.MakeClusterTrainingRuntime(name).Spec(spec).Obj()
-	ctx := context.Background()
-	NewWithT(t).Expect(env.fleet.Hub.Client.Create(ctx, rt)).To(Succeed())
-	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(ctx, rt) })
+	util.CreateForTest(t, env.fleet.Hub.Client, tytesting.MakeClusterTrainingRuntime(name).Spec(spec).Obj())
 }
 
 func mlPolicy(spec trainer.TrainingRuntimeSpec, src trainer.MLPolicySource) trainer.TrainingRuntimeSpec {

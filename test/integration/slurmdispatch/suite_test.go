@@ -15,9 +15,6 @@ import (
 	"testing"
 	"time"
 
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
 	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
@@ -59,7 +56,6 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (code int) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-slurm-controllers.log")), zap.UseDevMode(true)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var err error
@@ -85,59 +81,52 @@ func run(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, "build MPI hello:", err)
 		return 1
 	}
-	if env.fleet, err = kube.StartFleet(ctx, kube.FleetOptions{Spokes: 1, Dir: os.Getenv("TRAINYARD_ARTIFACTS")}); err != nil {
-		fmt.Fprintln(os.Stderr, "start hub:", err)
-		return 1
-	}
-	defer func() {
-		if env.controllers != nil {
-			env.controllers.Stop()
-		}
-		util.DumpLogsOnFailure(code, env.fleet.Hub)
-		_ = env.fleet.Stop()
-	}()
-	// CPU-only nodes: a job that asks for no GPUs fits here best of all.
-	if err := env.fleet.Spokes[0].AddKwokNodes(ctx, kube.NodeSpec{Name: spokeName + "-cpu-0"}, kube.NodeSpec{Name: spokeName + "-cpu-1"}); err != nil {
-		fmt.Fprintln(os.Stderr, "add spoke nodes:", err)
-		return 1
-	}
-	statusAddr, err := freeLoopbackAddr()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "status endpoint address:", err)
-		return 1
-	}
 	statusDir, err := os.MkdirTemp("", "trainyard-status-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "status endpoint state:", err)
 		return 1
 	}
 	defer os.RemoveAll(statusDir)
-	q := trainyard.Queue{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}
-	if err := trainyard.SetUpQueue(ctx, env.fleet.Hub, q); err != nil {
-		fmt.Fprintln(os.Stderr, "set up queues:", err)
-		return 1
-	}
-	env.controllers, err = trainyard.Start(ctx, env.fleet, trainyard.Options{
-		Flavor: flavor, SpokeFlavors: map[string]string{spokeName: spokeFlavor},
-		LostTargetTimeout: time.Minute, HeartbeatInterval: time.Second,
-		FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
-		Slurm: []trainyard.SlurmTarget{{
-			Name: targetName, Cluster: env.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
-			Partitions: []v1alpha1.SlurmPartition{{Flavor: flavor, Partition: "gpu"}},
-			Accounts:   []v1alpha1.SlurmAccount{{Namespace: tenant, User: slurmUser}},
-			// Flux is not packaged here: TestFluxLauncherCommands puts a
-			// stand-in flux on the nodes.
-			Launchers: []v1alpha1.Launcher{v1alpha1.LauncherTorchrun, v1alpha1.LauncherMPI, v1alpha1.LauncherFlux},
-			WorkDir:   workDir,
+	status := &statusapi.EndpointOptions{StateDir: statusDir}
+	return util.RunFleetSuite(m, util.FleetSuite{
+		Fleet:   kube.FleetOptions{Spokes: 1},
+		Timeout: 5 * time.Minute,
+		LogFile: "trainyard-slurm-controllers.log",
+		// CPU-only nodes: a job that asks for no GPUs fits here best of all.
+		Nodes: func(*kube.Cluster) []kube.NodeSpec {
+			return []kube.NodeSpec{{Name: spokeName + "-cpu-0"}, {Name: spokeName + "-cpu-1"}}
+		},
+		Queues: []trainyard.Queue{{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "64"}},
+		SetUp: func(_ context.Context, e *util.FleetEnv) error {
+			env.fleet = e.Fleet
+			addr, err := freeLoopbackAddr()
+			if err != nil {
+				return fmt.Errorf("status endpoint address: %w", err)
+			}
 			// The emulated compute nodes share this machine's loopback.
-			Status: &statusapi.EndpointOptions{Listen: statusAddr, URL: "https://" + statusAddr, StateDir: statusDir},
-		}},
+			status.Listen, status.URL = addr, "https://"+addr
+			return nil
+		},
+		Options: &trainyard.Options{
+			Flavor: flavor, SpokeFlavors: map[string]string{spokeName: spokeFlavor},
+			LostTargetTimeout: time.Minute, HeartbeatInterval: time.Second,
+			FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
+			Slurm: []trainyard.SlurmTarget{{
+				Name: targetName, Cluster: env.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
+				Partitions: []v1alpha1.SlurmPartition{{Flavor: flavor, Partition: "gpu"}},
+				Accounts:   []v1alpha1.SlurmAccount{{Namespace: tenant, User: slurmUser}},
+				// Flux is not packaged here: TestFluxLauncherCommands puts a
+				// stand-in flux on the nodes.
+				Launchers: []v1alpha1.Launcher{v1alpha1.LauncherTorchrun, v1alpha1.LauncherMPI, v1alpha1.LauncherFlux},
+				WorkDir:   workDir,
+				Status:    status,
+			}},
+		},
+		Started: func(_ context.Context, e *util.FleetEnv) error {
+			env.controllers = e.Controllers
+			return nil
+		},
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start trainyard:", err)
-		return 1
-	}
-	return m.Run()
 }
 
 // freeLoopbackAddr is a loopback address with a port free right now.

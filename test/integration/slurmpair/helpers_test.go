@@ -22,10 +22,7 @@ import (
 // makeRuntime creates a one-process torch ClusterTrainingRuntime.
 func makeRuntime(t *testing.T, name string) {
 	t.Helper()
-	rt := tytesting.MakeClusterTrainingRuntime(name).Spec(tytesting.TorchRuntimeSpec(1)).Obj()
-	ctx := context.Background()
-	NewWithT(t).Expect(env.fleet.Hub.Client.Create(ctx, rt)).To(Succeed())
-	t.Cleanup(func() { _ = env.fleet.Hub.Client.Delete(ctx, rt) })
+	util.CreateForTest(t, env.fleet.Hub.Client, tytesting.MakeClusterTrainingRuntime(name).Spec(tytesting.TorchRuntimeSpec(1)).Obj())
 }
 
 // trainJob asks for nodes whole nodes (4 GPUs each) running argv.

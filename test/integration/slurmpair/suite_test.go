@@ -20,8 +20,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends/slurm"
@@ -55,9 +53,8 @@ type site struct {
 }
 
 var env struct {
-	fleet       *kube.Fleet
-	sites       []*site
-	controllers *trainyard.Controllers
+	fleet *kube.Fleet
+	sites []*site
 }
 
 // siteOf returns the site of a Target.
@@ -80,7 +77,6 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (code int) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(util.LogSink("trainyard-slurmpair-controllers.log")), zap.UseDevMode(true)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	defer func() {
@@ -94,6 +90,15 @@ func run(m *testing.M) (code int) {
 			}
 		}
 	}()
+	opts := trainyard.Options{
+		Flavor: flavor, LeaseDuration: leaseDuration, LeaseGrace: leaseGrace, LeaseRenewInterval: renewEvery,
+		HeartbeatInterval: time.Second, FenceInterval: 2 * time.Second, Resync: 2 * time.Second,
+		// Each agent reaches the hub through a proxy the test can pause.
+		AgentHubConfig: func(target string, cfg *rest.Config) *rest.Config {
+			cfg.Host = "https://" + siteOf(target).proxy.Addr()
+			return cfg
+		},
+	}
 	for i, target := range []string{"hpc-a", "hpc-b"} {
 		cl, err := hslurm.Start(ctx, hslurm.Options{Instance: i + 1})
 		if err != nil {
@@ -106,52 +111,30 @@ func run(m *testing.M) (code int) {
 			fmt.Fprintln(os.Stderr, "slurmrestd client:", err)
 			return 1
 		}
-	}
-	var err error
-	if env.fleet, err = kube.StartFleet(ctx, kube.FleetOptions{HubOnly: true, Dir: os.Getenv("TRAINYARD_ARTIFACTS")}); err != nil {
-		fmt.Fprintln(os.Stderr, "start hub:", err)
-		return 1
-	}
-	defer func() {
-		if env.controllers != nil {
-			env.controllers.Stop()
-		}
-		util.DumpLogsOnFailure(code, env.fleet.Hub)
-		_ = env.fleet.Stop()
-	}()
-	hubURL, err := url.Parse(env.fleet.Hub.Config.Host)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "hub address:", err)
-		return 1
-	}
-	q := trainyard.Queue{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "32"}
-	if err := trainyard.SetUpQueue(ctx, env.fleet.Hub, q); err != nil {
-		fmt.Fprintln(os.Stderr, "set up queues:", err)
-		return 1
-	}
-	opts := trainyard.Options{
-		Flavor: flavor, LeaseDuration: leaseDuration, LeaseGrace: leaseGrace, LeaseRenewInterval: renewEvery,
-		HeartbeatInterval: time.Second, FenceInterval: 2 * time.Second, Resync: 2 * time.Second,
-		// Each agent reaches the hub through a proxy the test can pause.
-		AgentHubConfig: func(target string, cfg *rest.Config) *rest.Config {
-			cfg.Host = "https://" + siteOf(target).proxy.Addr()
-			return cfg
-		},
-	}
-	for _, s := range env.sites {
-		if s.proxy, err = netproxy.Start(hubURL.Host); err != nil {
-			fmt.Fprintln(os.Stderr, "proxy:", err)
-			return 1
-		}
 		opts.Slurm = append(opts.Slurm, trainyard.SlurmTarget{
 			Name: s.target, Cluster: s.cluster, APIVersion: "v0.0.42", PollInterval: time.Second,
 			Partitions: []v1alpha1.SlurmPartition{{Flavor: flavor, Partition: "gpu"}},
 			Accounts:   []v1alpha1.SlurmAccount{{Namespace: tenant, User: "alice"}},
 		})
 	}
-	if env.controllers, err = trainyard.Start(ctx, env.fleet, opts); err != nil {
-		fmt.Fprintln(os.Stderr, "start trainyard:", err)
-		return 1
-	}
-	return m.Run()
+	return util.RunFleetSuite(m, util.FleetSuite{
+		Fleet:   kube.FleetOptions{HubOnly: true},
+		Timeout: 5 * time.Minute,
+		LogFile: "trainyard-slurmpair-controllers.log",
+		Queues:  []trainyard.Queue{{ClusterQueue: "cq", Namespace: tenant, LocalQueue: queue, Flavor: flavor, GPUs: "32"}},
+		SetUp: func(_ context.Context, e *util.FleetEnv) error {
+			env.fleet = e.Fleet
+			hubURL, err := url.Parse(e.Hub.Config.Host)
+			if err != nil {
+				return fmt.Errorf("hub address: %w", err)
+			}
+			for _, s := range env.sites {
+				if s.proxy, err = netproxy.Start(hubURL.Host); err != nil {
+					return fmt.Errorf("proxy: %w", err)
+				}
+			}
+			return nil
+		},
+		Options: &opts,
+	})
 }

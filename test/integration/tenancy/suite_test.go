@@ -7,15 +7,10 @@ package tenancy
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"io"
 	"os"
 	"sync"
 	"testing"
 	"time"
-
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainyard-dev/trainyard/backends/kubework"
 	trainyard "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/controllers"
@@ -44,51 +39,26 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) (code int) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(util.LogSink("trainyard-controllers.log"), &controllerLog)), zap.UseDevMode(true)))
-	ctx := context.Background()
-	f, err := kube.StartFleet(ctx, kube.FleetOptions{Spokes: 1, Dir: os.Getenv("TRAINYARD_ARTIFACTS")})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start fleet:", err)
-		return 1
-	}
-	var controllers *trainyard.Controllers
-	defer func() {
-		if controllers != nil {
-			controllers.Stop()
-		}
-		util.DumpLogsOnFailure(code, f.Hub, f.Spokes[0])
-		_ = f.Stop()
-	}()
-	fleet, spoke = f, f.Spokes[0]
-	var nodes []kube.NodeSpec
-	for i := range 2 {
-		nodes = append(nodes, kube.NodeSpec{Name: fmt.Sprintf("gpu-%d", i), GPUs: 4})
-	}
-	if err := spoke.AddKwokNodes(ctx, nodes...); err != nil {
-		fmt.Fprintln(os.Stderr, "add nodes:", err)
-		return 1
-	}
-	// Both tenants share one ClusterQueue, so both are placed on the spoke.
-	for _, ns := range []string{tenantA, tenantB} {
-		q := trainyard.Queue{ClusterQueue: "cq", Namespace: ns, LocalQueue: queue, Flavor: flavor, GPUs: "64"}
-		if err := trainyard.SetUpQueue(ctx, f.Hub, q); err != nil {
-			fmt.Fprintln(os.Stderr, "set up queues:", err)
-			return 1
-		}
-	}
-	controllers, err = trainyard.Start(ctx, f, trainyard.Options{
-		Flavor: flavor, SpokeNamespace: prefix,
-		HeartbeatInterval: time.Second, FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start trainyard:", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(util.RunFleetSuite(m, util.FleetSuite{
+		Fleet:   kube.FleetOptions{Spokes: 1},
+		LogAlso: &controllerLog,
+		Nodes: func(*kube.Cluster) []kube.NodeSpec {
+			return []kube.NodeSpec{{Name: "gpu-0", GPUs: 4}, {Name: "gpu-1", GPUs: 4}}
+		},
+		// Both tenants share one ClusterQueue, so both are placed on the spoke.
+		Queues: []trainyard.Queue{
+			{ClusterQueue: "cq", Namespace: tenantA, LocalQueue: queue, Flavor: flavor, GPUs: "64"},
+			{ClusterQueue: "cq", Namespace: tenantB, LocalQueue: queue, Flavor: flavor, GPUs: "64"},
+		},
+		SetUp: func(_ context.Context, e *util.FleetEnv) error {
+			fleet, spoke = e.Fleet, e.Spokes[0]
+			return nil
+		},
+		Options: &trainyard.Options{
+			Flavor: flavor, SpokeNamespace: prefix,
+			HeartbeatInterval: time.Second, FenceInterval: 2 * time.Second, Resync: 5 * time.Second,
+		},
+	}))
 }
 
 // syncBuffer is a bytes.Buffer the controllers' goroutines may write at once.
