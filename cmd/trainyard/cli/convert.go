@@ -107,7 +107,7 @@ func runConvert(ctx context.Context, e *env, o convertOptions) error {
 			if err != nil {
 				return nil, "", err
 			}
-			return h, h.namespace, nil
+			return h, h.Namespace, nil
 		}
 		opts.PickRuntime = newRuntimeCatalog(ctx, open, kind, e.ErrOut).pick
 	}

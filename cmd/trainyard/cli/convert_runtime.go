@@ -10,6 +10,7 @@ import (
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"github.com/kubeflow/trainer/v2/pkg/constants"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -236,7 +237,7 @@ func (c *runtimeCatalog) list(l client.ObjectList, what string, opts ...client.L
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("list %s: %w", what, explain(err))
+		return fmt.Errorf("list %s: %w", what, hubview.Explain(err))
 	}
 	return nil
 }

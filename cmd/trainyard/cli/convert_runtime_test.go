@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -124,7 +125,7 @@ func TestRuntimeCatalogPick(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			b := fake.NewClientBuilder().WithScheme(scheme()).WithObjects(tc.objs(t)...)
+			b := fake.NewClientBuilder().WithScheme(hubview.Scheme()).WithObjects(tc.objs(t)...)
 			if tc.forbid {
 				b = b.WithInterceptorFuncs(forbidClusterRuntimes)
 			}
