@@ -8,6 +8,7 @@ import (
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"github.com/spf13/cobra"
+
 	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
