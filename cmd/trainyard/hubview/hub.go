@@ -3,8 +3,9 @@
 // their Kueue Workloads and Dispatches (Job, Index), summarized for a list
 // (JobSummary, JobInfo), described in full (Description), with their
 // progress, and asked for their output through a LogRequest (FetchLogs).
-// It writes nothing but LogRequests and prints nothing: the commands in
-// package cli print tables and text, the dashboard renders pages.
+// It creates nothing but LogRequests (and the SelfSubjectReview that names
+// their requester) and prints nothing: the commands in package cli print
+// tables and text, the dashboard renders pages.
 package hubview
 
 import (
