@@ -1,22 +1,17 @@
 package cli
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"github.com/spf13/cobra"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
+
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/convert"
 )
 
 // convertOptions are the flags of `trainyard convert`.
@@ -87,14 +82,14 @@ func runConvert(ctx context.Context, e *env, o convertOptions) error {
 	if err != nil {
 		return err
 	}
-	docs, err := splitDocuments(in)
+	docs, err := convert.SplitDocuments(in)
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.file, err)
 	}
 	if len(docs) == 0 {
 		return fmt.Errorf("%s: no objects to convert", o.file)
 	}
-	opts := ConvertOptions{Runtime: o.runtime, RuntimeKind: o.runtimeKind, Namespace: o.hub.namespace, Queue: o.queue}
+	opts := convert.Options{Runtime: o.runtime, RuntimeKind: o.runtimeKind, Namespace: o.hub.namespace, Queue: o.queue}
 	if o.runtime == "" {
 		ctx, cancel := context.WithTimeout(ctx, listTimeout)
 		defer cancel()
@@ -107,13 +102,13 @@ func runConvert(ctx context.Context, e *env, o convertOptions) error {
 			if err != nil {
 				return nil, "", err
 			}
-			return h, h.namespace, nil
+			return h, h.Namespace, nil
 		}
-		opts.PickRuntime = newRuntimeCatalog(ctx, open, kind, e.ErrOut).pick
+		opts.PickRuntime = convert.NewRuntimeCatalog(ctx, open, kind, e.ErrOut).Pick
 	}
 	var jobs []*trainer.TrainJob
 	for i, doc := range docs {
-		tj, warnings, err := Convert(doc, opts)
+		tj, warnings, err := convert.ToTrainJob(doc, opts)
 		if err != nil {
 			return fmt.Errorf("%s: document %d: %w", o.file, i+1, err)
 		}
@@ -132,34 +127,12 @@ func readInput(stdin io.Reader, file string) ([]byte, error) {
 	return os.ReadFile(file)
 }
 
-// splitDocuments returns the non-empty YAML (or JSON) documents of in.
-func splitDocuments(in []byte) ([][]byte, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(in)))
-	var docs [][]byte
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		j, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			return nil, err
-		}
-		if t := strings.TrimSpace(string(j)); t != "null" && t != "" && t != "{}" {
-			docs = append(docs, j)
-		}
-	}
-}
-
 // printConverted writes the TrainJobs as YAML documents, or JSON (a List
 // for several, as kubectl prints them).
 func printConverted(w io.Writer, format string, jobs []*trainer.TrainJob) error {
 	objs := make([]map[string]any, 0, len(jobs))
 	for _, tj := range jobs {
-		m, err := newObject(tj)
+		m, err := convert.Manifest(tj)
 		if err != nil {
 			return err
 		}
@@ -177,24 +150,4 @@ func printConverted(w io.Writer, format string, jobs []*trainer.TrainJob) error 
 		}
 	}
 	return nil
-}
-
-// newObject is tj as a new object to create: without the empty fields Go's
-// encoder writes (creationTimestamp: null, status: {}).
-func newObject(tj *trainer.TrainJob) (map[string]any, error) {
-	b, err := json.Marshal(tj)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, err
-	}
-	if md, ok := m["metadata"].(map[string]any); ok {
-		delete(md, "creationTimestamp")
-	}
-	if st, ok := m["status"].(map[string]any); ok && len(st) == 0 {
-		delete(m, "status")
-	}
-	return m, nil
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
 // describer writes kubectl-describe style text: "Key:\tvalue" lines and
@@ -56,7 +57,7 @@ func (p describer) when(t *metav1.Time) string {
 }
 
 // printDescription writes d as `kubectl describe` would.
-func printDescription(w io.Writer, d *Description, now time.Time) error {
+func printDescription(w io.Writer, d *hubview.Description, now time.Time) error {
 	tw := newTable(w)
 	p := describer{w: tw, now: now}
 	p.kv(0, "Name", d.Name)
@@ -98,13 +99,13 @@ func (p describer) conditions(indent int, conds []metav1.Condition) {
 // progress prints the latest report with its age and metrics, and how much
 // history the hub keeps.
 func (p describer) progress(ts *trainer.TrainerStatus, h *v1alpha1.ProgressHistory, phase string) {
-	p.kv(0, "Progress", ProgressText(ts, phase, p.now))
+	p.kv(0, "Progress", hubview.ProgressText(ts, phase, p.now))
 	if ts == nil {
 		return
 	}
 	reported := p.when(&ts.LastUpdatedTime)
-	if StaleReport(phase, ts.LastUpdatedTime, p.now) {
-		reported += fmt.Sprintf(" (stale: no report for over %s while the job runs)", duration.HumanDuration(StaleReportAfter))
+	if hubview.StaleReport(phase, ts.LastUpdatedTime, p.now) {
+		reported += fmt.Sprintf(" (stale: no report for over %s while the job runs)", duration.HumanDuration(hubview.StaleReportAfter))
 	}
 	p.kv(1, "Last Report", reported)
 	if len(ts.Metrics) == 0 {
@@ -124,7 +125,7 @@ func (p describer) progress(ts *trainer.TrainerStatus, h *v1alpha1.ProgressHisto
 	}
 }
 
-func (p describer) workload(wl *WorkloadInfo) {
+func (p describer) workload(wl *hubview.WorkloadInfo) {
 	if wl == nil {
 		p.kv(0, "Workload", none+" (Kueue has not made one: is the queue label set and the LocalQueue there?)")
 		return
@@ -160,7 +161,7 @@ func (p describer) workload(wl *WorkloadInfo) {
 	p.table(2, []string{"Name", "State", "Age", "Message"}, rows)
 }
 
-func (p describer) placement(pl *Placement) {
+func (p describer) placement(pl *hubview.Placement) {
 	if pl == nil {
 		p.kv(0, "Placement", none+" (no live Dispatch)")
 		return
@@ -234,7 +235,7 @@ func (p describer) summary(s *v1alpha1.PlacementSummary) {
 	p.table(2, []string{"Name", "Count", "Domains"}, rows)
 }
 
-func (p describer) attempts(as []AttemptInfo) {
+func (p describer) attempts(as []hubview.AttemptInfo) {
 	if len(as) == 0 {
 		return
 	}
@@ -253,7 +254,7 @@ func (p describer) attempts(as []AttemptInfo) {
 	p.table(1, []string{"Attempt", "Target", "Phase", "Dispatch", "State"}, rows)
 }
 
-func (p describer) events(evs []EventInfo) {
+func (p describer) events(evs []hubview.EventInfo) {
 	if len(evs) == 0 {
 		p.kv(0, "Events", none)
 		return

@@ -10,16 +10,35 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
+// trainJob is a queued TrainJob of team-a made 10 minutes ago.
+func trainJob(name string) *trainer.TrainJob {
+	tj := tytesting.MakeTrainJob(name, "team-a").Queue("lq").Obj()
+	tj.CreationTimestamp = ago(10 * time.Minute)
+	return tj
+}
+
+// workloadOf is tj's Workload, as Kueue names it.
+func workloadOf(tj *trainer.TrainJob) *kueue.Workload {
+	return &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Name: "trainjob-" + tj.Name, Namespace: tj.Namespace, UID: types.UID("wl-" + tj.Name)}}
+}
+
+// dispatchOf is the Dispatch of wl's attempt to target.
+func dispatchOf(wl *kueue.Workload, attempt int32, target string, phase v1alpha1.DispatchPhase) *tytesting.DispatchWrapper {
+	return tytesting.MakeDispatch(string(wl.UID)+"-"+target, "trainyard-"+target, target).WorkloadUID(wl.UID).Attempt(attempt).Phase(phase)
+}
+
 // runningState is a job admitted by Kueue and running on spoke-1 in its
 // second attempt; the first attempt's Dispatch is still being deleted.
-func runningState() jobState {
+func runningState() hubview.Job {
 	tj := trainJob("llama")
 	tj.Annotations = map[string]string{"trainyard.dev/runtime-source": "ClusterTrainingRuntime/torch-distributed",
 		"trainyard.dev/runtime-hash": "sha256:3f2a" + strings.Repeat("0", 60)}
@@ -28,7 +47,7 @@ func runningState() jobState {
 		Type: "Running", Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRemoteRunning,
 		Message: "running on target spoke-1 (attempt 2)", LastTransitionTime: ago(2 * time.Minute),
 	}}
-	wl := workloadOf(tj, "2")
+	wl := workloadOf(tj)
 	wl.Status.Conditions = []metav1.Condition{
 		{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionTrue, Reason: "QuotaReserved", Message: "Quota reserved in ClusterQueue team-a", LastTransitionTime: ago(4 * time.Minute)},
 		{Type: kueue.WorkloadAdmitted, Status: metav1.ConditionTrue, Reason: "Admitted", Message: "The workload is admitted", LastTransitionTime: ago(3 * time.Minute)},
@@ -50,25 +69,28 @@ func runningState() jobState {
 		Remote(&v1alpha1.RemoteRef{Kind: "JobSet", Namespace: "trainyard-jobs", Name: "ty-llama-2"}).Obj()
 	live.Status.Reason = v1alpha1.ReasonRemoteRunning
 	live.Status.StartTime = ptrTime(ago(2 * time.Minute))
-	return newHubIndex([]kueue.Workload{wl}, []v1alpha1.Dispatch{*live, *old}).state(tj)
+	s := hubview.Job{TrainJob: tj, Workload: wl, Dispatches: []v1alpha1.Dispatch{*old, *live}}
+	s.Live = &s.Dispatches[1]
+	return s
 }
 
 // failedSlurmState is a job that failed on a Slurm target with exit code 3.
-func failedSlurmState() jobState {
-	tj := trainJob("sim", trainer.TrainJobFailed)
-	tj.Status.Conditions[0].Message = "Failed on target hpc (attempt 1): Slurm job 42 exited with 3"
-	tj.Status.Conditions[0].Reason = v1alpha1.ReasonRemoteFailed
-	tj.Status.Conditions[0].LastTransitionTime = ago(time.Minute)
-	wl := workloadOf(tj, "1")
+func failedSlurmState() hubview.Job {
+	tj := trainJob("sim")
+	tj.Status.Conditions = []metav1.Condition{{Type: trainer.TrainJobFailed, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRemoteFailed,
+		Message: "Failed on target hpc (attempt 1): Slurm job 42 exited with 3", LastTransitionTime: ago(time.Minute)}}
+	wl := workloadOf(tj)
 	d := dispatchOf(wl, 1, "hpc", v1alpha1.DispatchFailed).
 		Remote(&v1alpha1.RemoteRef{Kind: "SlurmJob", Name: "ty-sim-1", ID: "42"}).Obj()
 	d.Status.Reason, d.Status.Message, d.Status.ExitCode = v1alpha1.ReasonRemoteFailed, "Slurm job 42 exited with 3", ptr.To[int32](3)
 	d.Status.StartTime, d.Status.CompletionTime = ptrTime(ago(5*time.Minute)), ptrTime(ago(time.Minute))
-	return newHubIndex([]kueue.Workload{wl}, []v1alpha1.Dispatch{*d}).state(tj)
+	s := hubview.Job{TrainJob: tj, Workload: wl, Dispatches: []v1alpha1.Dispatch{*d}}
+	s.Live = &s.Dispatches[0]
+	return s
 }
 
-func describeEvents() []EventInfo {
-	return []EventInfo{
+func describeEvents() []hubview.EventInfo {
+	return []hubview.EventInfo{
 		{Object: "Workload/trainjob-llama", Type: "Warning", Reason: "Requeued", From: "trainyard-hub", Last: ago(5 * time.Minute), Message: "target spoke-2 lost: no heartbeat since 09:54"},
 		{Object: "TrainJob/llama", Type: "Normal", Reason: "Created", Count: 2, Last: ago(3 * time.Minute), Message: "attempt 2 to target spoke-1\n"},
 	}
@@ -76,8 +98,8 @@ func describeEvents() []EventInfo {
 
 func TestPrintDescription(t *testing.T) {
 	cases := map[string]struct {
-		state  jobState
-		events []EventInfo
+		state  hubview.Job
+		events []hubview.EventInfo
 		want   string
 	}{
 		"running, with a second attempt and events": {
@@ -123,7 +145,7 @@ func TestPrintDescription(t *testing.T) {
 				"  Runtime Snapshot:",
 				"    Kind:   ClusterTrainingRuntime",
 				"    Name:   torch-distributed",
-				"    Hash:   "+runningState().live.Spec.Runtime.Hash,
+				"    Hash:   "+runningState().Live.Spec.Runtime.Hash,
 				"  Pod Sets:",
 				"    Name   Count     Flavors               Topology",
 				"    ----   -----     -------               --------",
@@ -184,7 +206,7 @@ func TestPrintDescription(t *testing.T) {
 			),
 		},
 		"not yet seen by Kueue": {
-			state: jobState{tj: trainJob("new")},
+			state: hubview.Job{TrainJob: trainJob("new")},
 			want: lines(
 				"Name:         new",
 				"Namespace:    team-a",
@@ -202,7 +224,7 @@ func TestPrintDescription(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d := describe(tc.state, map[kueue.AdmissionCheckReference]bool{"gpu-dispatch": true})
+			d := tc.state.Describe(map[kueue.AdmissionCheckReference]bool{"gpu-dispatch": true})
 			d.Events = tc.events
 			var out bytes.Buffer
 			if err := printDescription(&out, d, now); err != nil {
@@ -210,35 +232,6 @@ func TestPrintDescription(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, out.String()); diff != "" {
 				t.Errorf("output (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestEventInfo(t *testing.T) {
-	cases := map[string]struct {
-		ev   corev1.Event
-		want EventInfo
-	}{
-		"core event": {
-			ev: corev1.Event{Type: "Normal", Reason: "Dispatched", Message: "m", Count: 3, LastTimestamp: ago(time.Minute),
-				Source: corev1.EventSource{Component: "trainyard-hub"}},
-			want: EventInfo{Object: "o", Type: "Normal", Reason: "Dispatched", From: "trainyard-hub", Count: 3, Last: ago(time.Minute), Message: "m"},
-		},
-		"events.k8s.io event with a series": {
-			ev: corev1.Event{Type: "Warning", Reason: "Requeued", Message: "m", EventTime: metav1.NewMicroTime(now.Add(-time.Hour)),
-				ReportingController: "kueue", Series: &corev1.EventSeries{Count: 4, LastObservedTime: metav1.NewMicroTime(now.Add(-time.Minute))}},
-			want: EventInfo{Object: "o", Type: "Warning", Reason: "Requeued", From: "kueue", Count: 4, Last: ago(time.Minute), Message: "m"},
-		},
-		"no time but creation": {
-			ev:   corev1.Event{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: ago(time.Hour)}, Type: "Normal", Reason: "R"},
-			want: EventInfo{Object: "o", Type: "Normal", Reason: "R", Last: ago(time.Hour)},
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, eventInfo("o", &tc.ev)); diff != "" {
-				t.Errorf("eventInfo (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -259,7 +252,7 @@ func TestPrintSummaryWhenDispatchesAreHidden(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			d := describe(jobState{tj: trainJob("new")}, nil)
+			d := hubview.Job{TrainJob: trainJob("new")}.Describe(nil)
 			d.DispatchesHidden, d.Summary = true, tc.sum
 			var out bytes.Buffer
 			if err := printDescription(&out, d, now); err != nil {
@@ -309,7 +302,7 @@ func TestPrintProgress(t *testing.T) {
 			),
 		},
 		"a stale report": {
-			ts: report(25 * time.Minute), phase: StateAdmitted,
+			ts: report(25 * time.Minute), phase: hubview.StateAdmitted,
 			want: lines(
 				"Progress:        42%",
 				"  Last Report:   25m ago (2026-12-02T09:35:00Z) (stale: no report for over 10m while the job runs)",

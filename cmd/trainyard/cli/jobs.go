@@ -8,48 +8,9 @@ import (
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
-	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
-
-// JobSummary is one line of `trainyard jobs`, and one item of its YAML or
-// JSON output.
-type JobSummary struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Queue     string `json:"queue,omitempty"`
-	// Workload is the Kueue Workload's name once Kueue made it.
-	Workload string `json:"workload,omitempty"`
-	// Target, Attempt and Remote come from the live Dispatch.
-	Target  string              `json:"target,omitempty"`
-	Attempt int32               `json:"attempt,omitempty"`
-	Remote  *v1alpha1.RemoteRef `json:"remote,omitempty"`
-	// Phase is the live Dispatch's phase, else Pending, Admitted or Finished
-	// from Kueue.
-	Phase   string      `json:"phase"`
-	Created metav1.Time `json:"created"`
-	// Progress is the job's latest report (the TrainJob's
-	// status.trainerStatus, which the hub writes).
-	Progress *ProgressSummary `json:"progress,omitempty"`
-}
-
-// summarize turns a job's state into its summary.
-func summarize(s jobState) JobSummary {
-	js := JobSummary{
-		Namespace: s.tj.Namespace, Name: s.tj.Name, Queue: s.tj.Labels[kueueconstants.QueueLabel],
-		Phase: s.phase(), Created: s.tj.CreationTimestamp, Progress: progressOf(s.tj),
-	}
-	if s.wl != nil {
-		js.Workload = s.wl.Name
-	}
-	if d := s.live; d != nil {
-		js.Target, js.Attempt, js.Remote = d.Spec.TargetName, d.Spec.Attempt, d.Status.Remote
-	}
-	return js
-}
 
 func newJobsCommand(e *env) *cobra.Command {
 	var (
@@ -86,7 +47,7 @@ the objects themselves.`,
 			if err != nil {
 				return err
 			}
-			return printJobs(e.Out, out, jobs, printScope{all: f.allNamespaces, single: len(args) == 1, namespace: h.namespace}, e.clock.Now())
+			return printJobs(e.Out, out, jobs, printScope{all: f.allNamespaces, single: len(args) == 1, namespace: h.Namespace}, e.clock.Now())
 		},
 	}
 	f.addTo(cmd, true, true)
@@ -96,39 +57,19 @@ the objects themselves.`,
 
 // getJobs reads the TrainJobs (all, or the named ones) with their
 // Workloads and Dispatches and summarizes them.
-func getJobs(cmd *cobra.Command, e *env, h *hub, all bool, names []string) ([]JobSummary, error) {
-	ctx, ns := cmd.Context(), h.namespace
+func getJobs(cmd *cobra.Command, e *env, h *hubview.Hub, all bool, names []string) ([]hubview.JobSummary, error) {
+	ns := h.Namespace
 	if all {
 		ns = ""
 	}
-	var tjs []trainer.TrainJob
-	if len(names) == 0 {
-		var l trainer.TrainJobList
-		if err := h.List(ctx, &l, client.InNamespace(ns)); err != nil {
-			return nil, explain(err)
-		}
-		tjs = l.Items
-	}
-	for _, n := range names {
-		var tj trainer.TrainJob
-		if err := h.Get(ctx, client.ObjectKey{Namespace: ns, Name: n}, &tj); err != nil {
-			return nil, notFoundIn(explain(err), ns)
-		}
-		tjs = append(tjs, tj)
-	}
-	lists, err := listWorkloadsAndDispatches(ctx, h, ns)
+	jobs, warnings, err := hubview.GetJobs(cmd.Context(), h, ns, names)
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range lists.warnings {
+	for _, w := range warnings {
 		fmt.Fprintln(e.ErrOut, "warning:", w)
 	}
-	ix := newHubIndex(lists.workloads, lists.dispatches)
-	out := make([]JobSummary, 0, len(tjs))
-	for i := range tjs {
-		out = append(out, summarize(ix.state(&tjs[i])))
-	}
-	return out, nil
+	return jobs, nil
 }
 
 // printScope says how the user asked: across namespaces, for one named job,
@@ -140,7 +81,7 @@ type printScope struct {
 }
 
 // printJobs writes job summaries in the chosen format.
-func printJobs(w io.Writer, format string, jobs []JobSummary, scope printScope, now time.Time) error {
+func printJobs(w io.Writer, format string, jobs []hubview.JobSummary, scope printScope, now time.Time) error {
 	switch format {
 	case outputYAML, outputJSON:
 		return printItems(w, format, jobs, scope.single)
@@ -175,7 +116,7 @@ func printJobs(w io.Writer, format string, jobs []JobSummary, scope printScope, 
 			cells = append(cells, j.Namespace)
 		}
 		cells = append(cells, j.Name, orNone(j.Queue), orNone(j.Target), j.Phase,
-			ProgressCell(j.Progress, j.Phase, now), ETACell(j.Progress, j.Phase, now), age(now, j.Created))
+			hubview.ProgressCell(j.Progress, j.Phase, now), hubview.ETACell(j.Progress, j.Phase, now), age(now, j.Created))
 		if wide {
 			attempt := none
 			if j.Attempt > 0 {

@@ -1,7 +1,8 @@
 // Package cli holds the commands of the trainyard CLI that read the hub
-// cluster (targets, jobs, describe) and convert Training Operator V1 jobs to
-// TrainJobs. The same binary installed as kubectl-trainyard is the kubectl
-// plugin `kubectl trainyard`.
+// cluster (targets, jobs, describe, logs) and convert Training Operator V1
+// jobs to TrainJobs: their flags and their printing. What they read of the
+// hub is package hubview, which the dashboard reads too. The same binary
+// installed as kubectl-trainyard is the kubectl plugin `kubectl trainyard`.
 package cli
 
 import (

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
 // maxDomainsShown bounds the domains -o wide lists per target; -o yaml
@@ -43,7 +44,7 @@ each node per topology domain.`,
 			}
 			targets, err := getTargets(cmd, h, args)
 			if err != nil {
-				return explain(err)
+				return hubview.Explain(err)
 			}
 			return printTargets(e.Out, out, targets, len(args) == 1, e.clock.Now())
 		},
@@ -59,7 +60,7 @@ each node per topology domain.`,
 }
 
 // getTargets lists all Targets, or gets the named ones.
-func getTargets(cmd *cobra.Command, h *hub, names []string) ([]v1alpha1.Target, error) {
+func getTargets(cmd *cobra.Command, h *hubview.Hub, names []string) ([]v1alpha1.Target, error) {
 	if len(names) == 0 {
 		var l v1alpha1.TargetList
 		if err := h.List(cmd.Context(), &l); err != nil {

@@ -11,7 +11,7 @@
 //
 // The server listens on 127.0.0.1 only and reads the hub with the user's
 // own kubeconfig, so it shows exactly what the user's RBAC allows. It reads
-// what `trainyard jobs`, `describe` and `logs` read (package cli), never
+// what `trainyard jobs`, `describe` and `logs` read (package hubview), never
 // Secrets, and never a TrainJob's or runtime's pod specs (their env).
 package dashboard
 
@@ -29,7 +29,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
 // DefaultPort is the port `trainyard dashboard` listens on without --port.
@@ -62,7 +62,7 @@ listens on 127.0.0.1 only; --port 0 picks a free port. Ctrl-C stops it.`,
 			if port < 0 || port > 65535 {
 				return fmt.Errorf("--port %d is not a TCP port", port)
 			}
-			c, ns, err := cli.Connect(kubeconfig, kubeContext)
+			h, err := hubview.Connect(kubeconfig, kubeContext, "")
 			if err != nil {
 				return err
 			}
@@ -73,7 +73,7 @@ listens on 127.0.0.1 only; --port 0 picks a free port. Ctrl-C stops it.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			fmt.Fprintf(cmd.OutOrStdout(), "trainyard dashboard on http://%s/ (Ctrl-C stops it)\n", l.Addr())
-			return Serve(ctx, l, Options{Client: c, Namespace: ns})
+			return Serve(ctx, l, Options{Client: h.Client, Namespace: h.Namespace})
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "path to the hub's kubeconfig file")

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
 // Geometry of the fleet map, in SVG pixels.
@@ -82,14 +82,14 @@ type PlacedJob struct {
 	Pods                   int32
 	Domains                []string
 	// Percent is the job's latest reported progress (nil: none); Stale
-	// marks a report older than cli.StaleReportAfter.
+	// marks a report older than hubview.StaleReportAfter.
 	Percent *int32
 	Stale   bool
 }
 
 // buildFleet turns Targets and job summaries into the fleet map, targets
 // sorted by name.
-func buildFleet(targets []v1alpha1.Target, jobs []cli.JobInfo, now time.Time) []TargetView {
+func buildFleet(targets []v1alpha1.Target, jobs []hubview.JobInfo, now time.Time) []TargetView {
 	out := make([]TargetView, 0, len(targets))
 	for i := range targets {
 		out = append(out, targetView(&targets[i], jobs, now))
@@ -98,7 +98,7 @@ func buildFleet(targets []v1alpha1.Target, jobs []cli.JobInfo, now time.Time) []
 	return out
 }
 
-func targetView(t *v1alpha1.Target, jobs []cli.JobInfo, now time.Time) TargetView {
+func targetView(t *v1alpha1.Target, jobs []hubview.JobInfo, now time.Time) TargetView {
 	v := TargetView{Name: t.Name, Type: string(t.Spec.Type), Available: string(metav1.ConditionUnknown), Paused: t.Spec.Paused, Heartbeat: "never"}
 	if c := apimeta.FindStatusCondition(t.Status.Conditions, v1alpha1.TargetAvailable); c != nil {
 		v.Available, v.AvailableReason, v.AvailableMessage = string(c.Status), c.Reason, c.Message
@@ -142,7 +142,7 @@ func nodeSize(t *v1alpha1.Target) int32 {
 
 // drawMap lays the leaf domains out left to right, wrapping at
 // mapMaxWidth, each a grid of node cells.
-func drawMap(topo *v1alpha1.TopologyStatus, size int32, jobs []cli.JobInfo, target string) MapView {
+func drawMap(topo *v1alpha1.TopologyStatus, size int32, jobs []hubview.JobInfo, target string) MapView {
 	var m MapView
 	x, y, rowH := 0, 0, 0
 	for _, d := range topo.Domains {
@@ -221,7 +221,7 @@ type marks struct {
 // topology with levels. An assignment names values of the target's levels
 // from the widest: fewer values than the domain's mean a wider domain that
 // holds it, one more is a node inside it.
-func markedNodes(d v1alpha1.TopologyDomain, levels []string, jobs []cli.JobInfo, target string) marks {
+func markedNodes(d v1alpha1.TopologyDomain, levels []string, jobs []hubview.JobInfo, target string) marks {
 	m := marks{nodes: map[string]bool{}}
 	for _, j := range jobs {
 		if jobTarget(j) != target || !active(j.Phase) {
@@ -253,10 +253,10 @@ func markedNodes(d v1alpha1.TopologyDomain, levels []string, jobs []cli.JobInfo,
 	return m
 }
 
-func placedJob(j cli.JobInfo, now time.Time) PlacedJob {
+func placedJob(j hubview.JobInfo, now time.Time) PlacedJob {
 	p := PlacedJob{Namespace: j.Namespace, Name: j.Name, Phase: j.Phase}
 	if r := j.Progress; r != nil && r.Percent != nil {
-		p.Percent, p.Stale = r.Percent, cli.StaleReport(j.Phase, r.Reported, now)
+		p.Percent, p.Stale = r.Percent, hubview.StaleReport(j.Phase, r.Reported, now)
 	}
 	for _, ps := range j.PodSets {
 		p.Pods += ps.Count

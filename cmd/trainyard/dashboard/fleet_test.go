@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -37,8 +37,8 @@ func spoke() *v1alpha1.Target {
 
 // job is a job summary on target in phase, with one pod set placed by
 // topology assignment a (nil: anywhere).
-func job(name, target, phase string, a *v1alpha1.TopologyAssignment) cli.JobInfo {
-	j := cli.JobInfo{JobSummary: cli.JobSummary{Namespace: "team-a", Name: name, Queue: "lq", Target: target, Phase: phase, Attempt: 1,
+func job(name, target, phase string, a *v1alpha1.TopologyAssignment) hubview.JobInfo {
+	j := hubview.JobInfo{JobSummary: hubview.JobSummary{Namespace: "team-a", Name: name, Queue: "lq", Target: target, Phase: phase, Attempt: 1,
 		Created: metav1.Time{Time: now.Add(-time.Hour)}}}
 	if target != "" {
 		j.PodSets = []v1alpha1.PodSetPlacement{{Name: "node", Count: 2, GPUsPerPod: 4, Topology: a}}
@@ -60,7 +60,7 @@ func inRack(values ...[]string) *v1alpha1.TopologyAssignment {
 func TestFleetCells(t *testing.T) {
 	cases := map[string]struct {
 		target      *v1alpha1.Target
-		jobs        []cli.JobInfo
+		jobs        []hubview.JobInfo
 		wantDomains []DomainView
 	}{
 		"free and used per node, node size from maxGPUsPerNode": {
@@ -78,7 +78,7 @@ func TestFleetCells(t *testing.T) {
 		},
 		"a job in rack-b marks the domain, a finished one does not": {
 			target: spoke(),
-			jobs: []cli.JobInfo{
+			jobs: []hubview.JobInfo{
 				job("llama", "spoke-1", "Running", inRack([]string{"rack-b"})),
 				job("old", "spoke-1", "Succeeded", inRack([]string{"rack-a"})),
 			},
@@ -89,7 +89,7 @@ func TestFleetCells(t *testing.T) {
 		},
 		"a job placed node by node marks only its nodes": {
 			target: spoke(),
-			jobs:   []cli.JobInfo{job("llama", "spoke-1", "Submitted", inRack([]string{"rack-a", "n2"}))},
+			jobs:   []hubview.JobInfo{job("llama", "spoke-1", "Submitted", inRack([]string{"rack-a", "n2"}))},
 			wantDomains: []DomainView{
 				{Label: "rack-a", Jobs: 1, Cells: []CellView{{Node: "n1"}, {Node: "n2", Job: true}}},
 				{Label: "rack-b", Cells: []CellView{{Node: "n3"}, {Node: "n4"}}},
@@ -97,7 +97,7 @@ func TestFleetCells(t *testing.T) {
 		},
 		"a job on another target marks nothing": {
 			target: spoke(),
-			jobs:   []cli.JobInfo{job("sim", "hpc", "Running", inRack([]string{"rack-a"}))},
+			jobs:   []hubview.JobInfo{job("sim", "hpc", "Running", inRack([]string{"rack-a"}))},
 			wantDomains: []DomainView{
 				{Label: "rack-a", Cells: []CellView{{Node: "n1"}, {Node: "n2"}}},
 				{Label: "rack-b", Cells: []CellView{{Node: "n3"}, {Node: "n4"}}},
@@ -145,11 +145,11 @@ func TestFleetTargets(t *testing.T) {
 	stale.Status.LastHeartbeatTime = &metav1.Time{Time: now.Add(-10 * time.Minute)}
 	fresh := tytesting.MakeKubernetesTarget("new", "h100").Obj()
 	fresh.Spec.Paused = true
-	jobs := []cli.JobInfo{
+	jobs := []hubview.JobInfo{
 		job("llama", "spoke-1", "Running", inRack([]string{"rack-a"})),
 		job("queued", "", "Pending", nil),
 		// No Dispatch readable: the target comes from the condition.
-		{JobSummary: cli.JobSummary{Namespace: "team-b", Name: "sim", Phase: "Running"}, Conditions: []metav1.Condition{
+		{JobSummary: hubview.JobSummary{Namespace: "team-b", Name: "sim", Phase: "Running"}, Conditions: []metav1.Condition{
 			{Type: "Running", Status: metav1.ConditionTrue, Message: "running on target hpc (attempt 3)"}}},
 	}
 	got := buildFleet([]v1alpha1.Target{*stale, *spoke(), *fresh}, jobs, now)

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
 // JobRow is one line of the job list.
@@ -55,7 +55,7 @@ type JobsView struct {
 
 // buildJobs makes the rows of jobs that f matches, newest first, and the
 // choices of every filter from all jobs.
-func buildJobs(jobs []cli.JobInfo, f JobFilter, now time.Time) JobsView {
+func buildJobs(jobs []hubview.JobInfo, f JobFilter, now time.Time) JobsView {
 	v := JobsView{Filter: f, Total: len(jobs)}
 	seen := map[*[]string]map[string]bool{&v.Namespaces: {}, &v.Queues: {}, &v.Targets: {}, &v.Phases: {}}
 	add := func(list *[]string, s string) {
@@ -65,7 +65,7 @@ func buildJobs(jobs []cli.JobInfo, f JobFilter, now time.Time) JobsView {
 		}
 	}
 	sorted := slices.Clone(jobs)
-	slices.SortStableFunc(sorted, func(a, b cli.JobInfo) int {
+	slices.SortStableFunc(sorted, func(a, b hubview.JobInfo) int {
 		if c := b.Created.Compare(a.Created.Time); c != 0 {
 			return c
 		}
@@ -87,11 +87,11 @@ func buildJobs(jobs []cli.JobInfo, f JobFilter, now time.Time) JobsView {
 	return v
 }
 
-func jobRow(j cli.JobInfo, now time.Time) JobRow {
+func jobRow(j hubview.JobInfo, now time.Time) JobRow {
 	return JobRow{
 		Namespace: j.Namespace, Name: j.Name, Queue: j.Queue, Target: jobTarget(j), Phase: j.Phase,
 		Age: age(now, j.Created), Attempt: j.Attempt, TargetFromCondition: j.Target == "" && jobTarget(j) != "",
-		Progress: cli.ProgressCell(j.Progress, j.Phase, now), ETA: cli.ETACell(j.Progress, j.Phase, now),
+		Progress: hubview.ProgressCell(j.Progress, j.Phase, now), ETA: hubview.ETACell(j.Progress, j.Phase, now),
 	}
 }
 
@@ -110,7 +110,7 @@ var onTarget = regexp.MustCompile(`\bon target (\S+) \(attempt \d+\)`)
 // jobTarget is the live Dispatch's target or, for a user who may not read
 // Dispatches, the one the TrainJob's conditions name (Created, Running,
 // Complete, Failed: the hub writes them all "on target X (attempt N)").
-func jobTarget(j cli.JobInfo) string {
+func jobTarget(j hubview.JobInfo) string {
 	if j.Target != "" {
 		return j.Target
 	}
@@ -134,7 +134,7 @@ func age(now time.Time, t metav1.Time) string {
 
 // JobView is the job page: the description `trainyard describe` prints.
 type JobView struct {
-	*cli.Description
+	*hubview.Description
 	Now time.Time
 	// Progress is nil for a job that never reported.
 	Progress *ProgressView

@@ -9,21 +9,21 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
 // jobsFixture: llama runs on spoke-1, sim failed on hpc (known from its
 // condition only), mnist waits in another queue and namespace.
-func jobsFixture() []cli.JobInfo {
+func jobsFixture() []hubview.JobInfo {
 	llama := job("llama", "spoke-1", "Running", nil)
 	llama.Created = metav1.Time{Time: now.Add(-2 * time.Hour)}
-	llama.Progress = &cli.ProgressSummary{Percent: ptr.To[int32](42), RemainingSeconds: ptr.To[int32](600), Reported: metav1.Time{Time: now.Add(-time.Minute)}}
-	sim := cli.JobInfo{JobSummary: cli.JobSummary{Namespace: "team-b", Name: "sim", Queue: "hpc-lq", Phase: "Finished",
+	llama.Progress = &hubview.ProgressSummary{Percent: ptr.To[int32](42), RemainingSeconds: ptr.To[int32](600), Reported: metav1.Time{Time: now.Add(-time.Minute)}}
+	sim := hubview.JobInfo{JobSummary: hubview.JobSummary{Namespace: "team-b", Name: "sim", Queue: "hpc-lq", Phase: "Finished",
 		Created: metav1.Time{Time: now.Add(-time.Hour)}}, Conditions: []metav1.Condition{
 		{Type: "Failed", Status: metav1.ConditionTrue, Message: "Failed on target hpc (attempt 1): Slurm job 42 exited with 3"}}}
 	mnist := job("mnist", "", "Pending", nil)
 	mnist.Namespace, mnist.Created = "team-c", metav1.Time{Time: now.Add(-time.Minute)}
-	return []cli.JobInfo{llama, sim, mnist}
+	return []hubview.JobInfo{llama, sim, mnist}
 }
 
 func TestJobRows(t *testing.T) {
@@ -62,15 +62,15 @@ func TestJobTarget(t *testing.T) {
 		return []metav1.Condition{{Type: typ, Status: metav1.ConditionTrue, Message: msg}}
 	}
 	cases := map[string]struct {
-		job  cli.JobInfo
+		job  hubview.JobInfo
 		want string
 	}{
-		"live Dispatch wins": {job: cli.JobInfo{JobSummary: cli.JobSummary{Target: "spoke-2"},
+		"live Dispatch wins": {job: hubview.JobInfo{JobSummary: hubview.JobSummary{Target: "spoke-2"},
 			Conditions: cond("Created", "JobSet x/y created on target spoke-1 (attempt 1)")}, want: "spoke-2"},
-		"Created condition":  {job: cli.JobInfo{Conditions: cond("Created", "JobSet trainyard-jobs/ty-llama-2 created on target spoke-1 (attempt 2)")}, want: "spoke-1"},
-		"Complete condition": {job: cli.JobInfo{Conditions: cond("Complete", "completed on target hpc (attempt 1)")}, want: "hpc"},
-		"unrelated message":  {job: cli.JobInfo{Conditions: cond("Created", "waiting on target selection")}},
-		"other condition":    {job: cli.JobInfo{Conditions: cond("Suspended", "running on target hpc (attempt 1)")}},
+		"Created condition":  {job: hubview.JobInfo{Conditions: cond("Created", "JobSet trainyard-jobs/ty-llama-2 created on target spoke-1 (attempt 2)")}, want: "spoke-1"},
+		"Complete condition": {job: hubview.JobInfo{Conditions: cond("Complete", "completed on target hpc (attempt 1)")}, want: "hpc"},
+		"unrelated message":  {job: hubview.JobInfo{Conditions: cond("Created", "waiting on target selection")}},
+		"other condition":    {job: hubview.JobInfo{Conditions: cond("Suspended", "running on target hpc (attempt 1)")}},
 		"nothing":            {},
 	}
 	for name, tc := range cases {

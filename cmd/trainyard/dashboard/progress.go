@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
 // Size of a curve's drawing, in SVG units.
@@ -27,7 +27,7 @@ type ProgressView struct {
 	// Text is "42%, ETA 59m" (as `trainyard describe`).
 	Text string
 	// Reported is the report's age; Stale marks a job that has not
-	// finished and has not reported for cli.StaleReportAfter.
+	// finished and has not reported for hubview.StaleReportAfter.
 	Reported string
 	Stale    bool
 	Metrics  []trainer.Metric
@@ -50,15 +50,15 @@ type Curve struct {
 
 // buildProgress is the progress of job d at now, or nil when the job has
 // neither a report nor history.
-func buildProgress(d *cli.Description, now time.Time) *ProgressView {
+func buildProgress(d *hubview.Description, now time.Time) *ProgressView {
 	if d == nil || (d.Progress == nil && d.ProgressHistory == nil) {
 		return nil
 	}
-	v := &ProgressView{Text: cli.ProgressText(d.Progress, d.Phase, now)}
+	v := &ProgressView{Text: hubview.ProgressText(d.Progress, d.Phase, now)}
 	if ts := d.Progress; ts != nil {
 		v.Percent, v.Metrics = ts.ProgressPercentage, ts.Metrics
 		v.Reported = age(now, ts.LastUpdatedTime)
-		v.Stale = cli.StaleReport(d.Phase, ts.LastUpdatedTime, now)
+		v.Stale = hubview.StaleReport(d.Phase, ts.LastUpdatedTime, now)
 	}
 	if h := d.ProgressHistory; h != nil {
 		v.StepSeconds = h.StepSeconds

@@ -10,7 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
 func point(minutes int, pct int32, values ...string) v1alpha1.ProgressPoint {
@@ -73,15 +73,15 @@ func TestBuildProgress(t *testing.T) {
 	ts := &trainer.TrainerStatus{ProgressPercentage: ptr.To[int32](42), EstimatedRemainingSeconds: ptr.To[int32](3600),
 		LastUpdatedTime: metav1.Time{Time: now.Add(-20 * time.Minute)}}
 	cases := map[string]struct {
-		d    *cli.Description
+		d    *hubview.Description
 		want *ProgressView
 	}{
 		"no page":   {},
-		"no report": {d: &cli.Description{Phase: "Running"}},
-		"stale": {d: &cli.Description{Phase: "Running", Progress: ts},
+		"no report": {d: &hubview.Description{Phase: "Running"}},
+		"stale": {d: &hubview.Description{Phase: "Running", Progress: ts},
 			want: &ProgressView{Percent: ptr.To[int32](42), Text: "42%", Reported: "20m", Stale: true,
 				Curves: []Curve{{Name: "progress %", Points: "354.0,60.0", N: 1, Min: "42", Max: "42", Last: "42", Span: "0s", Width: curveWidth, Height: curveHeight}}}},
-		"finished": {d: &cli.Description{Phase: "Succeeded", Progress: ts},
+		"finished": {d: &hubview.Description{Phase: "Succeeded", Progress: ts},
 			want: &ProgressView{Percent: ptr.To[int32](42), Text: "42%", Reported: "20m",
 				Curves: []Curve{{Name: "progress %", Points: "354.0,60.0", N: 1, Min: "42", Max: "42", Last: "42", Span: "0s", Width: curveWidth, Height: curveHeight}}}},
 	}

@@ -20,7 +20,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
 //go:embed templates/*.html
@@ -156,7 +156,7 @@ func (s *server) fleet(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.ReadTimeout)
 	defer cancel()
 	p := page{Title: "Fleet", Nav: "fleet"}
-	jobs, warnings, err := cli.ListJobs(ctx, s.Client, s.Namespace)
+	jobs, warnings, err := hubview.ListJobs(ctx, s.Client, s.Namespace)
 	p.Warnings = append(p.Warnings, warnings...)
 	if err != nil {
 		p.Warnings = append(p.Warnings, "cannot list TrainJobs: "+err.Error())
@@ -177,7 +177,7 @@ func (s *server) jobs(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.ReadTimeout)
 	defer cancel()
 	p := page{Title: "Jobs", Nav: "jobs"}
-	jobs, warnings, err := cli.ListJobs(ctx, s.Client, s.Namespace)
+	jobs, warnings, err := hubview.ListJobs(ctx, s.Client, s.Namespace)
 	p.Warnings = warnings
 	status := http.StatusOK
 	if err != nil {
@@ -192,7 +192,7 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	p := page{Title: ns + "/" + name, Nav: "jobs"}
-	d, warnings, err := cli.DescribeJob(ctx, s.Client, ns, name)
+	d, warnings, err := hubview.DescribeJob(ctx, s.Client, ns, name)
 	p.Warnings = warnings
 	status := http.StatusOK
 	if err != nil {
@@ -211,16 +211,16 @@ func (s *server) logs(w http.ResponseWriter, r *http.Request) {
 	if t, err := strconv.ParseInt(r.URL.Query().Get("tail"), 10, 64); err == nil && t > 0 {
 		tail = t
 	}
-	out, notes, err := cli.FetchLogs(ctx, s.Client, r.PathValue("namespace"), r.PathValue("name"), tail, s.LogsTimeout)
+	logs, err := hubview.FetchLogs(ctx, s.Client, r.PathValue("namespace"), r.PathValue("name"), hubview.LogsOptions{Tail: tail, Timeout: s.LogsTimeout})
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if err != nil {
 		http.Error(w, err.Error(), statusOf(err))
 		return
 	}
-	for _, n := range notes {
-		fmt.Fprintln(w, n)
+	if note := logs.Note(); note != "" {
+		fmt.Fprintln(w, note)
 	}
-	fmt.Fprint(w, out)
+	fmt.Fprint(w, logs.Text)
 }
 
 // statusOf maps a hub error to the page's HTTP status.

@@ -26,7 +26,7 @@ import (
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -77,7 +77,7 @@ func hubObjects() []client.Object {
 
 // newFake is a hub holding hubObjects, with funcs intercepting calls.
 func newFake(funcs interceptor.Funcs) client.WithWatch {
-	return fake.NewClientBuilder().WithScheme(cli.Scheme()).WithObjects(hubObjects()...).
+	return fake.NewClientBuilder().WithScheme(hubview.Scheme()).WithObjects(hubObjects()...).
 		WithStatusSubresource(&v1alpha1.Target{}, &v1alpha1.Dispatch{}, &trainer.TrainJob{}).
 		WithIndex(&corev1.Event{}, "involvedObject.uid", func(o client.Object) []string {
 			return []string{string(o.(*corev1.Event).InvolvedObject.UID)}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
 // result is what one CLI run printed and returned.
@@ -202,7 +203,7 @@ func TestJobs(t *testing.T) {
 
 func TestJobsStructured(t *testing.T) {
 	r := runCLI(t, false, "jobs", "sim", "-n", "team-b", "-o", "yaml")
-	var got cli.JobSummary
+	var got hubview.JobSummary
 	if err := yaml.Unmarshal([]byte(r.out), &got); err != nil || r.code != 0 {
 		t.Fatalf("-o yaml: code %d, %v:\n%s", r.code, err, r.out)
 	}
@@ -285,7 +286,7 @@ func TestDescribe(t *testing.T) {
 
 func TestDescribeStructured(t *testing.T) {
 	r := runCLI(t, false, "describe", "llama", "-n", "team-a", "-o", "json")
-	var d cli.Description
+	var d hubview.Description
 	if err := json.Unmarshal([]byte(r.out), &d); err != nil || r.code != 0 {
 		t.Fatalf("-o json: code %d, %v:\n%s", r.code, err, r.out)
 	}

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/tenantview"
 	"github.com/trainyard-dev/trainyard/test/util"
@@ -68,7 +68,7 @@ func as(t *testing.T, tn tenant) client.Client {
 	grant(t, tn)
 	cfg := rest.CopyConfig(hub.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: tn.user, Groups: []string{tn.group}}
-	c, err := client.New(cfg, client.Options{Scheme: cli.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: hubview.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestTenantReadsOnlyItsOwnProgressHistory(t *testing.T) {
 	if err := as(t, alice).Get(ctx, key, &tj); err != nil {
 		t.Fatalf("alice reads llama: %v", err)
 	}
-	if h := cli.ProgressHistoryOf(&tj); h == nil || len(h.Points) != llamaHistoryPoints {
+	if h := hubview.ProgressHistoryOf(&tj); h == nil || len(h.Points) != llamaHistoryPoints {
 		t.Errorf("alice reads llama's history: %+v, want %d points", h, llamaHistoryPoints)
 	}
 	if r := runCLIAs(t, alice, "describe", "llama", "-n", "team-a"); !strings.Contains(squash(r.out), fmt.Sprintf("History: %d points", llamaHistoryPoints)) {

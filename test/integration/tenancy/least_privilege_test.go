@@ -17,7 +17,7 @@ import (
 	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/cmd/trainyard/cli"
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/targets"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
@@ -160,7 +160,7 @@ func TestLogsOnlyThroughTrainJobLog(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
 	alice := asTenant(t, "alice", tenantA)
 	viewer := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "carol-views", Namespace: tenantA},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cli.TenantViewRole},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: hubview.TenantViewRole},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "carol"}}}
 	g.Expect(client.IgnoreAlreadyExists(fleet.Hub.Client.Create(ctx, viewer))).To(Succeed())
 	carol := as(t, "carol")
@@ -181,9 +181,9 @@ func TestLogsOnlyThroughTrainJobLog(t *testing.T) {
 	}, util.Timeout, util.Interval).Should(Succeed())
 
 	g.Eventually(func(g Gomega) {
-		out, _, err := cli.FetchLogs(ctx, alice, tenantA, tj.Name, -1, 20*time.Second)
+		logs, err := hubview.FetchLogs(ctx, alice, tenantA, tj.Name, hubview.LogsOptions{Tail: -1, Timeout: 20 * time.Second})
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(out).To(Equal("alice step 1\nalice step 2\n"))
+		g.Expect(logs.Text).To(Equal("alice step 1\nalice step 2\n"))
 	}, util.Timeout, util.Interval).Should(Succeed(), "trainyard logs as alice")
 
 	// A LogRequest of hers, answered and kept, for the viewer to try.

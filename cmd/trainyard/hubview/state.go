@@ -1,4 +1,4 @@
-package cli
+package hubview
 
 import (
 	"context"
@@ -23,26 +23,29 @@ const (
 	StateFinished = "Finished"
 )
 
-// jobState is what the hub knows about one TrainJob: its Kueue Workload and
-// the Dispatches of that Workload.
-type jobState struct {
-	tj *trainer.TrainJob
-	// wl is nil until Kueue has made the Workload.
-	wl *kueue.Workload
-	// dispatches are every Dispatch of wl still stored, by attempt.
-	dispatches []v1alpha1.Dispatch
-	// live is the current attempt's Dispatch, as the hub's dispatcher picks it.
-	live *v1alpha1.Dispatch
+// Job is what the hub knows about one TrainJob: its Kueue Workload and
+// the Dispatches of that Workload. An Index makes it.
+type Job struct {
+	TrainJob *trainer.TrainJob
+	// Workload is nil until Kueue has made it.
+	Workload *kueue.Workload
+	// Dispatches are every Dispatch of the Workload still stored, by attempt.
+	Dispatches []v1alpha1.Dispatch
+	// Live is the current attempt's Dispatch, as the hub's dispatcher
+	// picks it; it points into Dispatches.
+	Live *v1alpha1.Dispatch
 }
 
-// hubIndex joins TrainJobs to their Workloads and Dispatches.
-type hubIndex struct {
+// Index joins TrainJobs to their Workloads and Dispatches.
+type Index struct {
 	workloads  map[types.UID][]*kueue.Workload // by owning TrainJob UID
 	dispatches map[types.UID][]v1alpha1.Dispatch
 }
 
-func newHubIndex(wls []kueue.Workload, ds []v1alpha1.Dispatch) *hubIndex {
-	ix := &hubIndex{workloads: map[types.UID][]*kueue.Workload{}, dispatches: map[types.UID][]v1alpha1.Dispatch{}}
+// NewIndex indexes Workloads by their owning TrainJob and Dispatches by
+// their Workload.
+func NewIndex(wls []kueue.Workload, ds []v1alpha1.Dispatch) *Index {
+	ix := &Index{workloads: map[types.UID][]*kueue.Workload{}, dispatches: map[types.UID][]v1alpha1.Dispatch{}}
 	for i := range wls {
 		for _, o := range wls[i].OwnerReferences {
 			if o.Kind == trainer.TrainJobKind && o.APIVersion == trainer.GroupVersion.String() {
@@ -57,15 +60,15 @@ func newHubIndex(wls []kueue.Workload, ds []v1alpha1.Dispatch) *hubIndex {
 	return ix
 }
 
-// state returns what the index knows about tj.
-func (ix *hubIndex) state(tj *trainer.TrainJob) jobState {
-	s := jobState{tj: tj, wl: newestWorkload(ix.workloads[tj.UID])}
-	if s.wl == nil {
+// Job returns what the index knows about tj.
+func (ix *Index) Job(tj *trainer.TrainJob) Job {
+	s := Job{TrainJob: tj, Workload: newestWorkload(ix.workloads[tj.UID])}
+	if s.Workload == nil {
 		return s
 	}
-	s.dispatches = slices.Clone(ix.dispatches[s.wl.UID])
-	slices.SortFunc(s.dispatches, func(a, b v1alpha1.Dispatch) int { return int(a.Spec.Attempt - b.Spec.Attempt) })
-	s.live = liveDispatch(s.wl, s.dispatches)
+	s.Dispatches = slices.Clone(ix.dispatches[s.Workload.UID])
+	slices.SortFunc(s.Dispatches, func(a, b v1alpha1.Dispatch) int { return int(a.Spec.Attempt - b.Spec.Attempt) })
+	s.Live = liveDispatch(s.Workload, s.Dispatches)
 	return s
 }
 
@@ -106,16 +109,16 @@ func liveDispatch(wl *kueue.Workload, dispatches []v1alpha1.Dispatch) *v1alpha1.
 	return nil
 }
 
-// phase is the live Dispatch's phase, or the TrainJob's Kueue state when
+// Phase is the live Dispatch's phase, or the TrainJob's Kueue state when
 // there is none.
-func (s jobState) phase() string {
-	if s.live != nil {
-		if s.live.Status.Phase == "" {
+func (s Job) Phase() string {
+	if s.Live != nil {
+		if s.Live.Status.Phase == "" {
 			return string(v1alpha1.DispatchPending)
 		}
-		return string(s.live.Status.Phase)
+		return string(s.Live.Status.Phase)
 	}
-	return kueueState(s.tj, s.wl)
+	return kueueState(s.TrainJob, s.Workload)
 }
 
 // kueueState is Finished once the TrainJob or its Workload finished,
@@ -153,7 +156,7 @@ func (l *hubLists) listWorkloads(ctx context.Context, c client.Reader, ns string
 	var wls kueue.WorkloadList
 	if err := c.List(ctx, &wls, client.InNamespace(ns)); err != nil {
 		if !apierrors.IsForbidden(err) {
-			return explain(err)
+			return Explain(err)
 		}
 		l.warnings = append(l.warnings, fmt.Sprintf("cannot list Workloads (%v): phases show the TrainJobs' own state", err))
 	}
@@ -167,7 +170,7 @@ func (l *hubLists) listDispatches(ctx context.Context, c client.Reader, labels c
 	var ds v1alpha1.DispatchList
 	if err := c.List(ctx, &ds, labels); err != nil {
 		if !apierrors.IsForbidden(err) {
-			return explain(err)
+			return Explain(err)
 		}
 		l.warnings = append(l.warnings, fmt.Sprintf("cannot list Dispatches (%v): TARGET and PHASE show Kueue's state only", err))
 	}

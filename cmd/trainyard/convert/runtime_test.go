@@ -1,4 +1,4 @@
-package cli
+package convert
 
 import (
 	"bytes"
@@ -16,12 +16,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // pickShipped picks the first of Kubeflow's shipped runtimes for a policy,
 // as convert does on a hub with Trainer's default runtimes.
-func pickShipped(policy mlPolicy, _ string) (trainer.RuntimeRef, string, error) {
+func pickShipped(policy MLPolicy, _ string) (trainer.RuntimeRef, string, error) {
 	return ref(trainer.ClusterTrainingRuntimeKind, shippedRuntimes[policy][0]), "", nil
 }
 
@@ -66,7 +67,7 @@ func TestRuntimeCatalogPick(t *testing.T) {
 		objs      func(t *testing.T) []client.Object
 		forbid    bool
 		kind      string
-		policy    mlPolicy
+		policy    MLPolicy
 		namespace string
 		want      trainer.RuntimeRef
 		wantNS    string
@@ -124,15 +125,15 @@ func TestRuntimeCatalogPick(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			b := fake.NewClientBuilder().WithScheme(scheme()).WithObjects(tc.objs(t)...)
+			b := fake.NewClientBuilder().WithScheme(hubview.Scheme()).WithObjects(tc.objs(t)...)
 			if tc.forbid {
 				b = b.WithInterceptorFuncs(forbidClusterRuntimes)
 			}
 			c := b.Build()
 			var notes bytes.Buffer
 			open := func() (client.Reader, string, error) { return c, "team-a", nil }
-			cat := newRuntimeCatalog(context.Background(), open, tc.kind, &notes)
-			got, ns, err := cat.pick(tc.policy, tc.namespace)
+			cat := NewRuntimeCatalog(context.Background(), open, tc.kind, &notes)
+			got, ns, err := cat.Pick(tc.policy, tc.namespace)
 			if tc.wantErr != "" {
 				if err == nil || err.Error() != tc.wantErr {
 					t.Fatalf("error = %v, want %q", err, tc.wantErr)
@@ -146,7 +147,7 @@ func TestRuntimeCatalogPick(t *testing.T) {
 				t.Errorf("runtime (-want +got):\n%s\nnamespace %q, want %q", diff, ns, tc.wantNS)
 			}
 			// A second job of the same kind is not noted again.
-			if _, _, err := cat.pick(tc.policy, tc.namespace); err != nil {
+			if _, _, err := cat.Pick(tc.policy, tc.namespace); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.wantNote, notes.String()); diff != "" {

@@ -1,4 +1,4 @@
-package cli
+package convert
 
 import (
 	"cmp"
@@ -13,16 +13,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainyard-dev/trainyard/cmd/trainyard/hubview"
 )
 
-// mlPolicy names the ML policy source a runtime sets (mlPolicy.torch,
+// MLPolicy names the ML policy source a runtime sets (mlPolicy.torch,
 // mlPolicy.mpi, ...); "" when it sets none.
-type mlPolicy string
+type MLPolicy string
 
 // The policies converted jobs need.
 const (
-	policyTorch mlPolicy = "torch"
-	policyMPI   mlPolicy = "mpi"
+	policyTorch MLPolicy = "torch"
+	policyMPI   MLPolicy = "mpi"
 )
 
 // shippedRuntimes are the runtimes Kubeflow Trainer v2.3.0 ships
@@ -30,18 +32,18 @@ const (
 // runtimes with the policy. Trainer ships no plain MPI runtime any more:
 // deepspeed-distributed is OpenMPI with sshd on every node, which is what an
 // MPIJob's launcher expects; mlx-distributed is the same for MLX.
-var shippedRuntimes = map[mlPolicy][]string{
+var shippedRuntimes = map[MLPolicy][]string{
 	policyTorch: {"torch-distributed"},
 	policyMPI:   {"deepspeed-distributed", "mlx-distributed"},
 }
 
 // jobsOf names the jobs a policy is picked for, in notes and errors.
-var jobsOf = map[mlPolicy]string{policyTorch: "PyTorchJobs", policyMPI: "MPIJobs"}
+var jobsOf = map[MLPolicy]string{policyTorch: "PyTorchJobs", policyMPI: "MPIJobs"}
 
 // runtimeInfo is a runtime on the hub, as convert ranks it.
 type runtimeInfo struct {
 	kind, name, namespace string
-	policy                mlPolicy
+	policy                MLPolicy
 	// plain runtimes have no replicated jobs but the node and the
 	// launcher: no dataset or model initializer a user must configure.
 	plain bool
@@ -65,7 +67,7 @@ func infoOf(kind, ns, name string, spec *trainer.TrainingRuntimeSpec) runtimeInf
 	return r
 }
 
-func policyOf(p *trainer.MLPolicy) mlPolicy {
+func policyOf(p *trainer.MLPolicy) MLPolicy {
 	switch {
 	case p == nil:
 		return ""
@@ -85,7 +87,7 @@ func policyOf(p *trainer.MLPolicy) mlPolicy {
 
 // rank orders runtimes with a policy: Kubeflow's shipped names first, then
 // plain runtimes, then a namespace's TrainingRuntimes, then by name.
-func rank(policy mlPolicy) func(a, b runtimeInfo) int {
+func rank(policy MLPolicy) func(a, b runtimeInfo) int {
 	pref := func(r runtimeInfo) int {
 		if i := slices.Index(shippedRuntimes[policy], r.name); i >= 0 {
 			return i
@@ -108,10 +110,10 @@ func rank(policy mlPolicy) func(a, b runtimeInfo) int {
 	}
 }
 
-// runtimeCatalog picks runtimes for jobs converted without --runtime from
+// RuntimeCatalog picks runtimes for jobs converted without --runtime from
 // the hub's ClusterTrainingRuntimes (listed once) and TrainingRuntimes
 // (listed once per namespace), and notes each choice once.
-type runtimeCatalog struct {
+type RuntimeCatalog struct {
 	ctx context.Context
 	// open connects to the hub when a job first needs a runtime, and
 	// returns the namespace of jobs without one (the context's, or -n).
@@ -131,16 +133,16 @@ type runtimeCatalog struct {
 	noted    map[string]bool
 }
 
-func newRuntimeCatalog(ctx context.Context, open func() (client.Reader, string, error), kind string, notes io.Writer) *runtimeCatalog {
-	return &runtimeCatalog{
+func NewRuntimeCatalog(ctx context.Context, open func() (client.Reader, string, error), kind string, notes io.Writer) *RuntimeCatalog {
+	return &RuntimeCatalog{
 		ctx: ctx, open: open, kind: kind, notes: notes,
 		namespaced: map[string][]runtimeInfo{}, noted: map[string]bool{},
 	}
 }
 
-// pick returns the best-ranked runtime with policy for a job in ns (the
+// Pick returns the best-ranked runtime with policy for a job in ns (the
 // catalog's namespace when ""), and the namespace of a TrainingRuntime.
-func (c *runtimeCatalog) pick(policy mlPolicy, ns string) (trainer.RuntimeRef, string, error) {
+func (c *RuntimeCatalog) Pick(policy MLPolicy, ns string) (trainer.RuntimeRef, string, error) {
 	if !c.opened {
 		r, namespace, err := c.open()
 		if err != nil {
@@ -185,7 +187,7 @@ func others(rs []runtimeInfo) string {
 }
 
 // noMatch is the error for a policy no runtime has, listing what was found.
-func (c *runtimeCatalog) noMatch(policy mlPolicy, ns string, all []runtimeInfo) error {
+func (c *RuntimeCatalog) noMatch(policy MLPolicy, ns string, all []runtimeInfo) error {
 	found := "none"
 	if len(all) > 0 {
 		names := make([]string, len(all))
@@ -203,7 +205,7 @@ func (c *runtimeCatalog) noMatch(policy mlPolicy, ns string, all []runtimeInfo) 
 
 // runtimes lists the TrainingRuntimes of ns and the ClusterTrainingRuntimes
 // the catalog searches.
-func (c *runtimeCatalog) runtimes(ns string) ([]runtimeInfo, error) {
+func (c *RuntimeCatalog) runtimes(ns string) ([]runtimeInfo, error) {
 	if !c.clusterListed && c.kind != trainer.TrainingRuntimeKind {
 		var l trainer.ClusterTrainingRuntimeList
 		if err := c.list(&l, trainer.ClusterTrainingRuntimeKind+"s"); err != nil {
@@ -229,14 +231,14 @@ func (c *runtimeCatalog) runtimes(ns string) ([]runtimeInfo, error) {
 }
 
 // list lists into l; a list RBAC forbids is remembered and counts as empty.
-func (c *runtimeCatalog) list(l client.ObjectList, what string, opts ...client.ListOption) error {
+func (c *RuntimeCatalog) list(l client.ObjectList, what string, opts ...client.ListOption) error {
 	err := c.reader.List(c.ctx, l, opts...)
 	if apierrors.IsForbidden(err) {
 		c.unlisted = append(c.unlisted, what)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("list %s: %w", what, explain(err))
+		return fmt.Errorf("list %s: %w", what, hubview.Explain(err))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cli
+package hubview
 
 import (
 	"encoding/json"
@@ -102,7 +102,7 @@ func ProgressHistoryOf(tj *trainer.TrainJob) *v1alpha1.ProgressHistory {
 // dashboard: "42%, about 65m left" with what is known.
 func ProgressText(ts *trainer.TrainerStatus, phase string, now time.Time) string {
 	if ts == nil {
-		return none + " (the job's processes have not reported progress)"
+		return "<none> (the job's processes have not reported progress)"
 	}
 	p := &ProgressSummary{Percent: ts.ProgressPercentage, RemainingSeconds: ts.EstimatedRemainingSeconds, Reported: ts.LastUpdatedTime}
 	s := "percentage not reported"

@@ -1,4 +1,4 @@
-package cli
+package convert
 
 import (
 	"regexp"
@@ -134,7 +134,7 @@ func TestConvertShippedExamples(t *testing.T) {
 			if !ok {
 				t.Fatalf("a job the test does not know: add it to shippedExamples")
 			}
-			tj, warnings, err := Convert(ex.JSON, ConvertOptions{PickRuntime: pickShipped, Queue: "lq"})
+			tj, warnings, err := ToTrainJob(ex.JSON, Options{PickRuntime: pickShipped, Queue: "lq"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,10 @@
-package cli
+// Package convert turns Training Operator V1 jobs (kubeflow.org/v1
+// PyTorchJob and MPIJob) and mpi-operator's kubeflow.org/v2beta1 MPIJobs
+// into Kubeflow Trainer TrainJobs that refer to a runtime (ToTrainJob), with
+// a warning for every field a TrainJob cannot carry. Without a runtime
+// given, a RuntimeCatalog picks one from the hub's. `trainyard convert` in
+// package cli is its command.
+package convert
 
 import (
 	"cmp"
@@ -98,8 +104,8 @@ type v1Container struct {
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
-// ConvertOptions choose the runtime, namespace and queue of converted jobs.
-type ConvertOptions struct {
+// Options choose the runtime, namespace and queue of converted jobs.
+type Options struct {
 	// Runtime is the runtime's name; when empty, PickRuntime chooses one.
 	Runtime string
 	// RuntimeKind is Runtime's kind; default ClusterTrainingRuntime.
@@ -107,7 +113,7 @@ type ConvertOptions struct {
 	// PickRuntime chooses a runtime with the ML policy a job needs ("torch"
 	// or "mpi") for a job in namespace ("" when the input names none). It
 	// returns the runtime and, for a TrainingRuntime, its namespace.
-	PickRuntime func(policy mlPolicy, namespace string) (trainer.RuntimeRef, string, error)
+	PickRuntime func(policy MLPolicy, namespace string) (trainer.RuntimeRef, string, error)
 	// Namespace, when set, replaces the input's metadata.namespace.
 	Namespace string
 	// Queue, when set, is the kueue.x-k8s.io/queue-name label.
@@ -126,9 +132,9 @@ func (c *conversion) warnf(format string, args ...any) {
 	c.warnings = append(c.warnings, fmt.Sprintf("%s/%s: ", c.job.Kind, c.job.Metadata.Name)+fmt.Sprintf(format, args...))
 }
 
-// Convert turns one PyTorchJob or MPIJob (as JSON) into a TrainJob, with a
+// ToTrainJob turns one PyTorchJob or MPIJob (as JSON) into a TrainJob, with a
 // warning for every field it cannot carry over.
-func Convert(doc []byte, o ConvertOptions) (*trainer.TrainJob, []string, error) {
+func ToTrainJob(doc []byte, o Options) (*trainer.TrainJob, []string, error) {
 	var job v1Job
 	if err := json.Unmarshal(doc, &job); err != nil {
 		return nil, nil, err
@@ -159,7 +165,7 @@ func Convert(doc []byte, o ConvertOptions) (*trainer.TrainJob, []string, error) 
 }
 
 // policyOfJob is the ML policy a runtime needs to run a job of this kind.
-func policyOfJob(apiVersion, kind string) (mlPolicy, bool) {
+func policyOfJob(apiVersion, kind string) (MLPolicy, bool) {
 	switch {
 	case apiVersion == trainingOperatorV1 && kind == kindPyTorchJob:
 		return policyTorch, true
@@ -172,7 +178,7 @@ func policyOfJob(apiVersion, kind string) (mlPolicy, bool) {
 // runtimeRef sets the runtime: the one the options name, else the one
 // PickRuntime chooses; a TrainingRuntime picked in the default namespace
 // puts the job there too, as the reference resolves only there.
-func (c *conversion) runtimeRef(tj *trainer.TrainJob, policy mlPolicy, o ConvertOptions) error {
+func (c *conversion) runtimeRef(tj *trainer.TrainJob, policy MLPolicy, o Options) error {
 	if o.Runtime != "" {
 		tj.Spec.RuntimeRef = trainer.RuntimeRef{
 			Name: o.Runtime, APIGroup: ptr.To(trainer.GroupVersion.Group),
@@ -195,7 +201,7 @@ func (c *conversion) runtimeRef(tj *trainer.TrainJob, policy mlPolicy, o Convert
 }
 
 // newTrainJob carries the metadata and run policy over.
-func (c *conversion) newTrainJob(o ConvertOptions) *trainer.TrainJob {
+func (c *conversion) newTrainJob(o Options) *trainer.TrainJob {
 	j := c.job
 	tj := &trainer.TrainJob{
 		TypeMeta: metav1.TypeMeta{APIVersion: trainer.GroupVersion.String(), Kind: trainer.TrainJobKind},

@@ -1,4 +1,4 @@
-package cli
+package convert
 
 import (
 	"maps"
@@ -104,8 +104,8 @@ spec:
 // PyTorchJobs, and the job's place (namespace, queue, runtime) set by flags
 // or by the runtime picked. TestConvert checks how TrainJobs print.
 func TestConvertShapes(t *testing.T) {
-	trainingRuntimeIn := func(ns string) func(mlPolicy, string) (trainer.RuntimeRef, string, error) {
-		return func(mlPolicy, string) (trainer.RuntimeRef, string, error) {
+	trainingRuntimeIn := func(ns string) func(MLPolicy, string) (trainer.RuntimeRef, string, error) {
+		return func(MLPolicy, string) (trainer.RuntimeRef, string, error) {
 			return ref(trainer.TrainingRuntimeKind, "team-mpi"), ns, nil
 		}
 	}
@@ -117,14 +117,14 @@ func TestConvertShapes(t *testing.T) {
 	launcherAsWorker := "MPIJob/pi: spec.runLauncherAsWorker: numNodes 3 counts the Launcher, so use a runtime with mlPolicy.mpi.runLauncherAsNode"
 	cases := map[string]struct {
 		input     string
-		opts      ConvertOptions
+		opts      Options
 		namespace string
 		spec      trainer.TrainJobSpec
 		warnings  []string
 	}{
 		"v2beta1 MPIJob: slots, launcher command, worker resources, run policy": {
 			input: mpiJobV2beta1,
-			opts:  ConvertOptions{Queue: "lq", Namespace: "team-b"}, namespace: "team-b",
+			opts:  Options{Queue: "lq", Namespace: "team-b"}, namespace: "team-b",
 			spec: trainer.TrainJobSpec{
 				RuntimeRef: deepspeed, ActiveDeadlineSeconds: 600, Suspend: ptr.To(true),
 				Trainer: &trainer.Trainer{
@@ -145,7 +145,7 @@ func TestConvertShapes(t *testing.T) {
 		},
 		"v2beta1 MPIJob: a launcher alone, as a worker, is one node": {
 			input: mpiJobLauncherOnly,
-			opts:  ConvertOptions{Runtime: "mpi-single"},
+			opts:  Options{Runtime: "mpi-single"},
 			spec: trainer.TrainJobSpec{RuntimeRef: ref(trainer.ClusterTrainingRuntimeKind, "mpi-single"), Trainer: &trainer.Trainer{
 				Image: ptr.To("pi:1"), Command: []string{"mpirun", "/pi"}, NumNodes: ptr.To[int32](1),
 				ResourcesPerNode: &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}},
@@ -175,7 +175,7 @@ func TestConvertShapes(t *testing.T) {
 		},
 		"a TrainingRuntime picked in the default namespace puts the job there": {
 			input: mpiJobLauncherAsWorker,
-			opts:  ConvertOptions{PickRuntime: trainingRuntimeIn("team-c")}, namespace: "team-c",
+			opts:  Options{PickRuntime: trainingRuntimeIn("team-c")}, namespace: "team-c",
 			spec: trainer.TrainJobSpec{RuntimeRef: ref(trainer.TrainingRuntimeKind, "team-mpi"), Trainer: &trainer.Trainer{
 				Image: ptr.To("pi:1"), Command: []string{"mpirun", "/pi"}, NumNodes: ptr.To[int32](3),
 			}},
@@ -187,7 +187,7 @@ func TestConvertShapes(t *testing.T) {
 			if tc.opts.Runtime == "" && tc.opts.PickRuntime == nil {
 				tc.opts.PickRuntime = pickShipped
 			}
-			tj, warnings, err := Convert(doc(t, tc.input), tc.opts)
+			tj, warnings, err := ToTrainJob(doc(t, tc.input), tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}

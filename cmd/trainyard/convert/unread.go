@@ -1,4 +1,4 @@
-package cli
+package convert
 
 import (
 	"encoding/json"
