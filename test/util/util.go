@@ -99,6 +99,14 @@ func WorkloadOf(g gomega.Gomega, c client.Client, tj *trainer.TrainJob) *kueue.W
 	return wl
 }
 
+// WorkloadEnded reports whether Kueue has stopped wl for good after a
+// rejection: either its workload controller deactivated it, or its job
+// reconciler finished it first because the TrainJob already failed (then
+// the deactivation is never applied). Both release the quota.
+func WorkloadEnded(wl *kueue.Workload) bool {
+	return (wl.Spec.Active != nil && !*wl.Spec.Active) || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)
+}
+
 // WaitNodesReady waits until n nodes of c report Ready.
 func WaitNodesReady(ctx context.Context, c client.Client, n int) error {
 	return wait.PollUntilContextTimeout(ctx, Interval, Timeout, true, func(ctx context.Context) (bool, error) {

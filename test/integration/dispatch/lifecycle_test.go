@@ -317,11 +317,12 @@ func TestJobLargerThanAnyNodeIsRejected(t *testing.T) {
 	tj := submit(t, trainJob("huge", "torch-huge", 1, 8))
 	wl := util.WorkloadOf(g, env.fleet.Hub.Client, tj)
 	// Kueue deactivates a Workload whose check is Rejected, then resets the
-	// check to Pending; the deactivation and the event are what stay.
+	// check to Pending (or finishes it, the TrainJob having failed); the
+	// end and the event are what stay.
 	g.Eventually(func(g Gomega) {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(wl), wl)).To(Succeed())
 		state, msg := checkState(wl)
-		g.Expect(ptr.Deref(wl.Spec.Active, true)).To(BeFalse(), "check %s: %s; conditions %v", state, msg, wl.Status.Conditions)
+		g.Expect(util.WorkloadEnded(wl)).To(BeTrue(), "check %s: %s; conditions %v", state, msg, wl.Status.Conditions)
 		g.Expect(eventMessages(g, wl, "Rejected")).To(ContainElement(
 			ContainSubstring("a pod asks for 8 GPUs, the largest node of targets spoke1, spoke2 has 4")))
 	}, util.Timeout, util.Interval).Should(Succeed())

@@ -10,7 +10,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -73,7 +72,7 @@ func TestSpankOptionEnvIsRefused(t *testing.T) {
 	wl := util.WorkloadOf(g, c, tj)
 	g.Eventually(func(g Gomega) {
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(wl), wl)).To(Succeed())
-		g.Expect(ptr.Deref(wl.Spec.Active, true)).To(BeFalse(), "conditions %v", wl.Status.Conditions)
+		g.Expect(util.WorkloadEnded(wl)).To(BeTrue(), "conditions %v", wl.Status.Conditions)
 		var events corev1.EventList
 		g.Expect(c.List(ctx, &events, client.InNamespace(wl.Namespace))).To(Succeed())
 		var msgs []string
