@@ -266,18 +266,20 @@ func (f *inflight) queuedLocked(target string) int32 {
 }
 
 // unsettledLocked counts the flights to a Kubernetes spoke t sent to fit
-// now that have not started: until every pod of one runs, the spoke's
-// status counts those bound as the record counts them all, so its room may
-// be larger than it looks. A Slurm job's allocation is whole: none on
-// another target. The caller holds mu.
+// now that t's last reading may count twice: until every pod of one runs,
+// the reading counts those bound while the record counts them all, and a
+// job seen running after the reading began is counted by the record while
+// the reading may already count its bound pods. Either way t's room may be
+// larger than it looks, so no job is queued there until the next reading
+// settles them (recordTarget wakes the line then). A Slurm job's
+// allocation is whole: none on another target. The caller holds mu.
 func (f *inflight) unsettledLocked(t *v1alpha1.Target) int32 {
 	if t.Spec.Type != v1alpha1.TargetTypeKubernetes {
 		return 0
 	}
-	target := t.Name
 	var n int32
-	for _, fl := range f.byTarget[target] {
-		if !fl.queued && !fl.started() {
+	for _, fl := range f.byTarget[t.Name] {
+		if !fl.queued && (fl.booked || inFlightOn(fl.d, &t.Status)) {
 			n++
 		}
 	}
@@ -415,11 +417,18 @@ func (f *inflight) noteTarget(t *v1alpha1.Target) []reconcile.Request {
 	return f.wakeForLocked(t.Name)
 }
 
-// recordTarget records t as the watch shows it and wakes no one.
-func (f *inflight) recordTarget(t *v1alpha1.Target) {
+// recordTarget records t as the watch shows it. It wakes the waiting
+// only when this reading settles flights the last one left unsettled
+// (unsettledLocked): the jobs they kept out of t's queue may go.
+func (f *inflight) recordTarget(t *v1alpha1.Target) []reconcile.Request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	old := f.targets[t.Name]
 	f.targets[t.Name] = t
+	if old != nil && t.QueueDepth() > 0 && f.unsettledLocked(t) < f.unsettledLocked(old) {
+		return f.wakeForLocked(t.Name)
+	}
+	return nil
 }
 
 // forgetTarget drops a deleted Target and wakes every Workload waiting

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -86,9 +87,29 @@ func TestKubernetesQueueWaitsForSettledRoom(t *testing.T) {
 	d := pendingDispatch(fit[len("agents/"):], "gpu-a", v1alpha1.DispatchSubmitted)
 	d.Namespace = "agents"
 	r.flight.observe(d, 1)
-	d.Status.Phase, d.Status.StartTime = v1alpha1.DispatchRunning, &metav1.Time{Time: t0}
+	// The agent saw it running after its reading 1 began: that reading may
+	// count its bound pod, as the record does.
+	d.Status.Phase, d.Status.StartTime, d.Status.CountedFromReading = v1alpha1.DispatchRunning, &metav1.Time{Time: t0}, 2
 	if wake := r.flight.observe(d, 1); len(wake) == 0 {
 		t.Errorf("the job that fit started: woke none, want the line")
+	}
+	if fits, queued, waited := count(onePod); fits != 0 || queued != 0 || waited != jobs {
+		t.Errorf("running, before a reading counts it: %d fit, %d queued, %d wait; want 0, 0, %d", fits, queued, waited, jobs)
+	}
+	counted := &v1alpha1.Target{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(target), counted); err != nil {
+		t.Fatal(err)
+	}
+	full := tyt.MakeKubernetesTarget("gpu-a", "h100").FreeGPUsPerNode(0, 0).Obj()
+	counted.Status.Topology, counted.Status.FreeGPUs, counted.Status.CapacityReading = full.Status.Topology, 0, 2
+	if wake := r.flight.recordTarget(counted); len(wake) == 0 {
+		t.Errorf("the reading that counts the running job: woke none, want the line")
+	}
+	if wake := r.flight.recordTarget(counted); len(wake) != 0 {
+		t.Errorf("the same reading again woke %d, want none", len(wake))
+	}
+	if err := c.Update(context.Background(), counted); err != nil {
+		t.Fatal(err)
 	}
 	several := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 2, GPUsPerPod: 1}}}
 	if fits, queued, waited := count(several); fits != 0 || queued != 0 || waited != jobs {

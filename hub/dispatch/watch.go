@@ -133,7 +133,7 @@ func (r *Reconciler) targetHandler() handler.EventHandler {
 				addAll(q, r.flight.noteTarget(newT))
 				return
 			}
-			r.flight.recordTarget(newT)
+			addAll(q, r.flight.recordTarget(newT))
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
 			if t, ok := e.Object.(*v1alpha1.Target); ok {
