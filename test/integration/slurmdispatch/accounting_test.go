@@ -77,18 +77,22 @@ func TestJobThatEndedWhileTheAgentWasAway(t *testing.T) {
 	trainJobCondition(t, bad, trainer.TrainJobFailed)
 }
 
-// accountedJobsOf lists the ids of every Slurm job made for tj, from
-// accounting: slurmctld forgets finished jobs after the harness's 5 s
+// accountedJobs lists the id of every Slurm job whose comment matches,
+// from accounting: slurmctld forgets finished jobs after the harness's 5 s
 // MinJobAge, slurmdbd keeps them.
-func accountedJobsOf(g Gomega, tj *trainer.TrainJob) []string {
+func accountedJobs(g Gomega, match func(comment string) bool) []string {
 	out, err := env.cluster.Exec(context.Background(), "sacct", "-a", "-X", "-n", "-P", "-o", "JobID,Comment", "-S", "2020-01-01")
 	g.Expect(err).NotTo(HaveOccurred())
 	var ids []string
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		id, comment, _ := strings.Cut(line, "|")
-		if strings.Contains(comment, "/trainjob-"+tj.Name+"-") {
+		if id, comment, _ := strings.Cut(line, "|"); match(comment) {
 			ids = append(ids, id)
 		}
 	}
 	return ids
+}
+
+// accountedJobsOf lists the ids of every Slurm job made for tj.
+func accountedJobsOf(g Gomega, tj *trainer.TrainJob) []string {
+	return accountedJobs(g, func(comment string) bool { return strings.Contains(comment, "/trainjob-"+tj.Name+"-") })
 }

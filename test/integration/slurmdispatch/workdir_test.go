@@ -90,17 +90,5 @@ func setWorkDir(t *testing.T, dir string) {
 // directory.
 func workDirJobs(t *testing.T) int {
 	t.Helper()
-	// From accounting: slurmctld forgets a finished job after the
-	// harness's 5 s MinJobAge, so its own list may lose the first one.
-	out, err := env.cluster.Exec(context.Background(), "sacct", "-a", "-X", "-n", "-P", "-o", "JobID,Comment", "-S", "2020-01-01")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if _, comment, _ := strings.Cut(line, "|"); strings.HasPrefix(comment, slurm.WorkDirCommentPrefix) {
-			n++
-		}
-	}
-	return n
+	return len(accountedJobs(NewWithT(t), func(comment string) bool { return strings.HasPrefix(comment, slurm.WorkDirCommentPrefix) }))
 }
