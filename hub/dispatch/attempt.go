@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/hub/dispatch/inflight"
 	"github.com/trainyard-dev/trainyard/hub/placement"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
@@ -126,7 +126,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 // the remote work is gone (a lost target's is let go by the hub: letGo),
 // so the next attempt never runs beside it.
 func (r *Reconciler) attemptUnderWay(s *state) bool {
-	return len(s.dispatches) > 0 || r.flight.booked(s.wl.UID)
+	return len(s.dispatches) > 0 || r.flight.Booked(s.wl.UID)
 }
 
 // liveAttemptExists asks the API server, not the cache, whether a Dispatch
@@ -161,65 +161,54 @@ type booking struct {
 }
 
 // chooseAndBook chooses a target and books the job's GPUs there. It is the
-// only step under the in-flight lock, and it is pure: Targets come from the
-// cache, what is in flight from the watch (inflight), and no API call is
-// made. A job that finds no room is recorded as waiting under the same lock.
+// only step under the in-flight lock (inflight.Record.Decide), and it is
+// pure: Targets come from the cache, what is in flight from the watch, and
+// no API call is made. A job that finds no room is recorded as waiting
+// under the same lock.
 func (r *Reconciler) chooseAndBook(ctx context.Context, wl *kueue.Workload, req placement.Request,
 	ineligible map[string]string, name string) (booking, error) {
-	r.flight.mu.Lock()
-	defer r.flight.mu.Unlock()
-	var targets v1alpha1.TargetList
-	if err := r.client.List(ctx, &targets); err != nil {
-		return booking{}, err
-	}
-	now := r.clock.Now()
-	me := place{key: client.ObjectKeyFromObject(wl), priority: ptr.Deref(wl.Spec.Priority, 0), since: wl.CreationTimestamp.Time}
-	candidates := make([]placement.Candidate, 0, len(targets.Items))
-	for i := range targets.Items {
-		t := &targets.Items[i]
-		if !t.DeletionTimestamp.IsZero() {
-			continue // being drained: nothing new goes there
+	var b booking
+	err := r.flight.Decide(func(tx *inflight.Tx) error {
+		var targets v1alpha1.TargetList
+		if err := r.client.List(ctx, &targets); err != nil {
+			return err
 		}
-		gpus, nodes := r.flight.onTargetLocked(t.Name, &t.Status, nodeLevelOf(t), now)
-		// Room a wake-up offered those ahead in line is theirs.
-		gpus += r.flight.promisedAheadLocked(t.Name, me, now)
-		candidates = append(candidates, placement.Candidate{Target: t, InFlightGPUs: gpus, InFlight: nodes,
-			Ineligible: ineligible[t.Name], Queued: r.flight.queuedLocked(t.Name), Unsettled: r.flight.unsettledLocked(t),
-			QueueDepth: r.flight.depthLocked(t, now)})
-	}
-	decision, err := placement.Choose(req, candidates)
-	switch {
-	case errors.Is(err, placement.ErrNoTarget) || errors.Is(err, placement.ErrNoCapacity):
-		judged := map[string]int64{}
+		me := inflight.Place{Key: client.ObjectKeyFromObject(wl), Priority: ptr.Deref(wl.Spec.Priority, 0), Since: wl.CreationTimestamp.Time}
+		candidates := make([]placement.Candidate, 0, len(targets.Items))
 		for i := range targets.Items {
-			if t := &targets.Items[i]; ineligible[t.Name] != "" {
-				judged[t.Name] = t.Generation
+			t := &targets.Items[i]
+			if !t.DeletionTimestamp.IsZero() {
+				continue // being drained: nothing new goes there
+			}
+			candidates = append(candidates, tx.Candidate(t, me, ineligible[t.Name]))
+		}
+		decision, err := placement.Choose(req, candidates)
+		switch {
+		case errors.Is(err, placement.ErrNoTarget) || errors.Is(err, placement.ErrNoCapacity):
+			judged := map[string]int64{}
+			for i := range targets.Items {
+				if t := &targets.Items[i]; ineligible[t.Name] != "" {
+					judged[t.Name] = t.Generation
+				}
+			}
+			tx.Wait(me, inflight.Need{GPUs: req.GPUs(), Flavors: req.Flavors, QueueFlavors: req.QueueFlavors, Ineligible: judged})
+			return placementError{err}
+		case errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible):
+			return placementError{err}
+		case err != nil:
+			return err
+		}
+		for i := range targets.Items {
+			if t := &targets.Items[i]; t.Name == decision.Target {
+				b = booking{decision: decision, target: t, key: inflight.Key(t.Spec.Agent.Namespace, name)}
+				tx.Book(inflight.Booking{Key: b.key, Target: t.Name, Workload: wl.UID, WorkloadKey: me.Key,
+					GPUs: req.GPUs(), Nodes: decision.Reservations(), Queued: decision.Queued})
+				return nil
 			}
 		}
-		r.flight.waitLocked(me.key, waiter{gpus: req.GPUs(), flavors: req.Flavors, queue: req.QueueFlavors,
-			ineligible: judged, priority: me.priority, since: me.since})
-		return booking{}, placementError{err}
-	case errors.Is(err, placement.ErrNeverFits) || errors.Is(err, placement.ErrIneligible):
-		return booking{}, placementError{err}
-	case err != nil:
-		return booking{}, err
-	}
-	for i := range targets.Items {
-		if t := &targets.Items[i]; t.Name == decision.Target {
-			b := booking{decision: decision, target: t, key: keyOf(t.Spec.Agent.Namespace, name)}
-			r.flight.bookLocked(b.key, t.Name, wl.UID, client.ObjectKeyFromObject(wl), req.GPUs(), decision.Reservations(),
-				decision.Queued, now)
-			return b, nil
-		}
-	}
-	return booking{}, fmt.Errorf("placement chose target %q, which is not a candidate", decision.Target)
-}
-
-func nodeLevelOf(t *v1alpha1.Target) string {
-	if tp := t.Status.Topology; tp != nil && len(tp.Levels) > 0 {
-		return tp.Levels[len(tp.Levels)-1]
-	}
-	return ""
+		return fmt.Errorf("placement chose target %q, which is not a candidate", decision.Target)
+	})
+	return b, err
 }
 
 // write records a booked decision outside any lock: the Target's
@@ -230,7 +219,7 @@ func (r *Reconciler) write(ctx context.Context, s *state, tj *trainer.TrainJob, 
 	req placement.Request, b booking, attempt int32) (*v1alpha1.Dispatch, error) {
 	d, stored, err := r.writeSteps(ctx, s, tj, rt, req, b, attempt)
 	if err != nil && !stored {
-		r.wakeUp(ctx, r.flight.unbook(b.key, b.target.Name))
+		r.wakeUp(ctx, r.flight.Unbook(b.key, b.target.Name))
 	}
 	return d, err
 }
@@ -274,7 +263,7 @@ func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl
 	}
 	if !s.checkless {
 		// Kueue requeues it: its next pass must try, not wait for room.
-		r.flight.stopWaiting(client.ObjectKeyFromObject(s.wl))
+		r.flight.StopWaiting(client.ObjectKeyFromObject(s.wl))
 	}
 	if e := r.setCheck(ctx, s, kueue.CheckStateRetry, err.Error()); e != nil {
 		return ctrl.Result{}, e
@@ -293,7 +282,7 @@ func (r *Reconciler) noPlacement(ctx context.Context, s *state, err error) (ctrl
 // any other event (Kueue's own writes, a resync) would only fail again.
 // A check Kueue reset, or a checkless job, tries again.
 func (r *Reconciler) stillWaiting(s *state) bool {
-	if s.checkless || !r.flight.asleep(client.ObjectKeyFromObject(s.wl)) {
+	if s.checkless || !r.flight.Asleep(client.ObjectKeyFromObject(s.wl)) {
 		return false
 	}
 	for _, c := range s.wl.Status.AdmissionChecks {
@@ -325,59 +314,6 @@ func (r *Reconciler) waitForRoom(ctx context.Context, s *state, err error) error
 	}
 	r.recorder.Event(s.wl, corev1.EventTypeNormal, EventNoTarget, err.Error())
 	return nil
-}
-
-// reservationsOf reads the nodes a Dispatch's pinned pods were assigned
-// to. Pods of unpinned pod sets may land anywhere, so their GPUs stay
-// unattributed (the caller books them pessimistically). Dispatches written
-// before pod sets recorded their GPUs per pod are read by their total when
-// they have one pod set.
-func reservationsOf(d *v1alpha1.Dispatch, gpus int64, nodeLevel string) []placement.Reservation {
-	if nodeLevel == "" {
-		return nil
-	}
-	byNode := map[string]int64{}
-	for _, ps := range d.Spec.PodSets {
-		perPod := ps.GPUsPerPod
-		if perPod == 0 && len(d.Spec.PodSets) == 1 && ps.Count > 0 {
-			perPod = gpus / int64(ps.Count)
-		}
-		for _, r := range placement.ReservationsOf(ps.Topology, perPod, nodeLevel) {
-			byNode[r.Node] += r.GPUs
-		}
-	}
-	out := make([]placement.Reservation, 0, len(byNode))
-	for node, n := range byNode {
-		out = append(out, placement.Reservation{Node: node, GPUs: n})
-	}
-	slices.SortFunc(out, func(a, b placement.Reservation) int { return strings.Compare(a.Node, b.Node) })
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-// inFlightOn reports whether d's GPUs may be missing from its target's
-// last reported capacity (target): until the remote runs its pods may be
-// unbound, and the heartbeat counts bound pods only; once running, a
-// reading that began before the agent saw it running has not counted it
-// either. The agent numbers both (countedFromReading); without numbers a
-// heartbeat later than the start is taken to count it.
-func inFlightOn(d *v1alpha1.Dispatch, target *v1alpha1.TargetStatus) bool {
-	if !d.DeletionTimestamp.IsZero() {
-		return false
-	}
-	switch d.Status.Phase {
-	case "", v1alpha1.DispatchPending, v1alpha1.DispatchSubmitted:
-		return true
-	case v1alpha1.DispatchRunning:
-		if d.Status.CountedFromReading > 0 {
-			return target.CapacityReading < d.Status.CountedFromReading
-		}
-		return d.Status.StartTime == nil || target.LastHeartbeatTime == nil ||
-			!target.LastHeartbeatTime.After(d.Status.StartTime.Time)
-	}
-	return false
 }
 
 // requestOf reads the pod sets, their GPU requests and assigned flavors.

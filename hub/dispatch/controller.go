@@ -25,6 +25,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
+	"github.com/trainyard-dev/trainyard/hub/dispatch/inflight"
 	"github.com/trainyard-dev/trainyard/hub/eligibility"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
@@ -60,7 +61,7 @@ type Reconciler struct {
 	progress *progressPacer
 	// flight is what is in flight to each target, kept by the Dispatch
 	// watch, and the Workloads waiting for room.
-	flight *inflight
+	flight *inflight.Record
 	// wakeups carries Workloads a pass wakes (room it gave back) to the
 	// controller's queue.
 	wakeups chan event.GenericEvent
@@ -79,10 +80,9 @@ func NewReconciler(c client.Client, live client.Reader, recorder record.EventRec
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	r := &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), progress: newProgressPacer(), flight: newInflight(),
+	r := &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), progress: newProgressPacer(), flight: inflight.New(clk.Now),
 		wakeups:     make(chan event.GenericEvent, wakeupBuffer),
 		eligibility: eligibility.NewCache(eligibilityCacheSize)}
-	r.flight.now = clk.Now
 	return r
 }
 
@@ -110,7 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if s == nil {
-		r.flight.stopWaiting(req.NamespacedName)
+		r.flight.StopWaiting(req.NamespacedName)
 		r.latency.forget(req.NamespacedName)
 		r.progress.forget(req.NamespacedName)
 		metrics.ForgetProgress(req.NamespacedName.String())
@@ -264,7 +264,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	// The in-flight gauges read this controller's record, not the cache.
-	if err := mgr.Add(&metrics.HubFlight{Counts: r.flight.counts}); err != nil {
+	if err := mgr.Add(&metrics.HubFlight{Counts: r.flight.Counts}); err != nil {
 		return err
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sort"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,102 +48,8 @@ func TestParallelBookingsNeverOverbook(t *testing.T) {
 			t.Errorf("node %s booked %d GPUs of 8", node, n)
 		}
 	}
-	r.flight.mu.Lock()
-	defer r.flight.mu.Unlock()
-	if got := len(r.flight.waiting); got != jobs-nodes {
+	if got := len(r.flight.Counts().Waiting); got != jobs-nodes {
 		t.Errorf("%d Workloads recorded as waiting, want %d", got, jobs-nodes)
-	}
-}
-
-func pendingDispatch(name, target string, phase v1alpha1.DispatchPhase) *v1alpha1.Dispatch {
-	d := tyt.MakeDispatch(name, "agents", target).Attempt(1).Obj()
-	d.Spec.Workload = v1alpha1.WorkloadReference{Namespace: "team-a", Name: name, UID: types.UID(name)}
-	d.Status.Phase = phase
-	return d
-}
-
-// TestWatchTakesOverBookings: the watch replaces a booking by the Dispatch
-// it booked, counts a live Dispatch once, and drops it when it finishes,
-// waking the Workloads that wait for room; a failed write gives back only
-// a booking, never what the watch showed.
-func TestWatchTakesOverBookings(t *testing.T) {
-	f := newInflight()
-	waiter := types.NamespacedName{Namespace: "team-a", Name: "waiter"}
-	count := func() int64 {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		n, _ := f.onTargetLocked("gpu-a", &v1alpha1.TargetStatus{}, "", t0)
-		return n
-	}
-	f.mu.Lock()
-	f.bookLocked("agents/a", "gpu-a", "a", types.NamespacedName{Namespace: "team-a", Name: "a"}, 8, nil, false, t0)
-	f.bookLocked("agents/b", "gpu-a", "b", types.NamespacedName{Namespace: "team-a", Name: "b"}, 4, nil, false, t0)
-	f.waitLocked(waiter, waitingFor(1, "h100"))
-	f.mu.Unlock()
-	f.recordTarget(spokeTarget("gpu-a", "h100").Available().FreeGPUs(16).Obj())
-	if !f.booked("a") || count() != 12 {
-		t.Fatalf("booked(a) = %v, in flight %d; want true, 12", f.booked("a"), count())
-	}
-	if wake := f.observe(pendingDispatch("a", "gpu-a", ""), 8); len(wake) != 0 || f.booked("a") || count() != 12 {
-		t.Errorf("after the watch showed a: woke %v, booked(a) = %v, in flight %d; want none, false, 12", wake, f.booked("a"), count())
-	}
-	if wake := f.unbook("agents/a", "gpu-a"); len(wake) != 0 || count() != 12 {
-		t.Errorf("unbook of a watched Dispatch woke %v, left %d in flight; want none, 12", wake, count())
-	}
-	want := []reconcile.Request{{NamespacedName: waiter}}
-	if wake := f.unbook("agents/b", "gpu-a"); !cmp.Equal(want, wake) || count() != 8 {
-		t.Errorf("unbook of b woke %v, left %d in flight; want %v, 8", wake, count(), want)
-	}
-	if wake := f.observe(pendingDispatch("a", "gpu-a", v1alpha1.DispatchSucceeded), 8); !cmp.Equal(want, wake) || count() != 0 {
-		t.Errorf("a finished: woke %v, left %d in flight; want %v, 0", wake, count(), want)
-	}
-	if f.size() != 0 {
-		t.Errorf("%d entries left, want none", f.size())
-	}
-}
-
-// TestBookingsExpire: a booking the watch never confirms stops counting.
-func TestBookingsExpire(t *testing.T) {
-	f := newInflight()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.bookLocked("agents/a", "gpu-a", "a", types.NamespacedName{Name: "a"}, 8, nil, false, t0)
-	if n, _ := f.onTargetLocked("gpu-a", &v1alpha1.TargetStatus{}, "", t0.Add(bookingTTL+time.Second)); n != 0 {
-		t.Errorf("stale booking still counts %d GPUs", n)
-	}
-}
-
-// TestRunningLeavesFlightWithTheCountingReading: a running Dispatch, as
-// the watch records it, counts until the target publishes the capacity
-// reading its agent stamped on it; without a stamp, until a heartbeat
-// taken after its start.
-func TestRunningLeavesFlightWithTheCountingReading(t *testing.T) {
-	before, after := &metav1.Time{Time: t0.Add(-time.Second)}, &metav1.Time{Time: t0.Add(time.Second)}
-	cases := map[string]struct {
-		countedFrom int64
-		reported    v1alpha1.TargetStatus
-		want        int64
-	}{
-		"unstamped, heartbeat before the start":    {reported: v1alpha1.TargetStatus{LastHeartbeatTime: before}, want: 8},
-		"unstamped, heartbeat after the start":     {reported: v1alpha1.TargetStatus{LastHeartbeatTime: after}, want: 0},
-		"stamped, its reading not published":       {countedFrom: 5, reported: v1alpha1.TargetStatus{CapacityReading: 4, LastHeartbeatTime: after}, want: 8},
-		"stamped, its reading published":           {countedFrom: 5, reported: v1alpha1.TargetStatus{CapacityReading: 5, LastHeartbeatTime: before}, want: 0},
-		"stamped, a later reading published":       {countedFrom: 5, reported: v1alpha1.TargetStatus{CapacityReading: 9}, want: 0},
-		"stamped, heartbeat time is not consulted": {countedFrom: 5, reported: v1alpha1.TargetStatus{CapacityReading: 3, LastHeartbeatTime: after}, want: 8},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			f := newInflight()
-			d := pendingDispatch("a", "gpu-a", v1alpha1.DispatchRunning)
-			d.Status.StartTime = &metav1.Time{Time: t0}
-			d.Status.CountedFromReading = tc.countedFrom
-			f.observe(d, 8)
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			if n, _ := f.onTargetLocked("gpu-a", &tc.reported, "", t0); n != tc.want {
-				t.Errorf("%d GPUs in flight, want %d", n, tc.want)
-			}
-		})
 	}
 }
 
@@ -177,25 +82,25 @@ func TestMayHaveMoreRoom(t *testing.T) {
 // the Workloads with unfinished Dispatches on the target, not those whose
 // Dispatch there finished.
 func TestTargetChangesWakeOnlyWhomTheyAffect(t *testing.T) {
-	running := pendingDispatch("running", "gpu-a", v1alpha1.DispatchRunning)
-	done := pendingDispatch("done", "gpu-a", v1alpha1.DispatchSucceeded)
-	elsewhere := pendingDispatch("elsewhere", "gpu-b", v1alpha1.DispatchRunning)
+	running := tyt.MakeDispatch("running", "agents", "gpu-a").Phase(v1alpha1.DispatchRunning).Obj()
+	done := tyt.MakeDispatch("done", "agents", "gpu-a").Phase(v1alpha1.DispatchSucceeded).Obj()
+	elsewhere := tyt.MakeDispatch("elsewhere", "agents", "gpu-b").Phase(v1alpha1.DispatchRunning).Obj()
 	c := withDispatchIndexes(fake.NewClientBuilder().WithScheme(testScheme(t))).WithObjects(running, done, elsewhere).Build()
 	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
 	waiter := types.NamespacedName{Namespace: "team-a", Name: "waiter"}
-	r.flight.waitLocked(waiter, waitingFor(1, "h100"))
+	joinLine(r.flight, waiter, 1, "h100")
 
 	base := spokeTarget("gpu-a", "h100").Available().FreeGPUs(8)
 	beat := base.Clone().Obj()
 	beat.Status.LastHeartbeatTime = &metav1.Time{Time: t0}
-	onTarget := types.NamespacedName{Namespace: "team-a", Name: "running"}
+	onTarget := types.NamespacedName{Namespace: "team-a", Name: "wl-running"}
 	cases := map[string]struct {
 		updated *v1alpha1.Target
 		want    []types.NamespacedName
 	}{
 		"a heartbeat":   {updated: beat},
 		"GPUs freed":    {updated: base.Clone().FreeGPUs(16).Obj(), want: []types.NamespacedName{waiter}},
-		"lease expired": {updated: base.Clone().AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonLeaseExpired).Obj(), want: []types.NamespacedName{onTarget, waiter}},
+		"lease expired": {updated: base.Clone().AvailableCondition(metav1.ConditionFalse, v1alpha1.ReasonLeaseExpired).Obj(), want: []types.NamespacedName{waiter, onTarget}},
 		"its flavor dropped": {updated: func() *v1alpha1.Target {
 			t := base.Clone().Flavors("a100").Obj()
 			t.Generation++

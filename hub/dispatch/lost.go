@@ -94,7 +94,7 @@ const lagRecheck = time.Second
 // being deleted is the cache lagging what this hub just wrote: it shows
 // shortly (or the booking times out).
 func (r *Reconciler) waitForEarlierAttempts(ctx context.Context, s *state) (ctrl.Result, error) {
-	lags := r.flight.booked(s.wl.UID)
+	lags := r.flight.Booked(s.wl.UID)
 	for i := range s.dispatches {
 		d := &s.dispatches[i]
 		if d.DeletionTimestamp.IsZero() {

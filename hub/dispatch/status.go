@@ -241,7 +241,7 @@ func (r *Reconciler) tearDown(ctx context.Context, s *state) (ctrl.Result, error
 	}
 	r.latency.forget(client.ObjectKeyFromObject(s.wl))
 	r.progress.forget(client.ObjectKeyFromObject(s.wl))
-	r.flight.stopWaiting(client.ObjectKeyFromObject(s.wl))
+	r.flight.StopWaiting(client.ObjectKeyFromObject(s.wl))
 	if err := r.clearActive(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
