@@ -1,7 +1,3 @@
-// Package dispatch is the hub's admission-check controller for Workloads:
-// once Kueue has reserved quota it snapshots the runtime, places the job on
-// a Target, writes the Dispatch, drives the AdmissionCheck state from the
-// Dispatch's progress and mirrors that progress into the TrainJob.
 package dispatch
 
 import (
@@ -45,6 +41,14 @@ type Options struct {
 	Concurrency int
 	RetryAfter  time.Duration
 }
+
+// Event reasons of the dispatch controller.
+const (
+	EventDispatched = "Dispatched"
+	EventNoTarget   = "NoTarget"
+	EventRejected   = "Rejected"
+	EventRequeued   = "Requeued"
+)
 
 // Reconciler is the hub dispatch controller. Workloads are its objects;
 // Dispatches and Targets only wake it.
@@ -211,28 +215,6 @@ func (r *Reconciler) load(ctx context.Context, key types.NamespacedName) (*state
 		}
 	}
 	return s, nil
-}
-
-// mustTearDown: the Workload no longer holds quota for this attempt (it is
-// deleted, evicted, deactivated, or its check asked for a retry), so its
-// remote work must go. A Workload with no check of trainyard's that is not
-// checkless (see state) is no longer trainyard's: what is left of its
-// attempts goes, and with it the Workload's finalizer.
-func (r *Reconciler) mustTearDown(s *state) bool {
-	wl := s.wl
-	switch {
-	case !wl.DeletionTimestamp.IsZero(), s.check == "" && !s.checkless:
-		return true
-	case apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished):
-		// Finished work keeps its Dispatch as the record of where it ran.
-		return s.live == nil || !s.live.Status.Phase.IsFinal()
-	case apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted),
-		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved):
-		return true
-	case s.checkState == kueue.CheckStateRetry, s.checkState == kueue.CheckStateRejected:
-		return true
-	}
-	return false
 }
 
 // owningTrainJob returns the TrainJob that owns wl, or nil.
