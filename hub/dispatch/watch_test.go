@@ -13,45 +13,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/hub/placement"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
-
-// TestParallelBookingsNeverOverbook: workers deciding at once book no more
-// GPUs than a target has, node by node, and the jobs left over wait.
-func TestParallelBookingsNeverOverbook(t *testing.T) {
-	const nodes, jobs = 6, 20
-	free := make([]int32, nodes)
-	for i := range free {
-		free[i] = 8
-	}
-	target := spokeTarget("gpu-a", "h100").AgentNamespace("agents").Available().
-		FreeGPUsPerNode(free...).MaxGPUsPerNode(8).Obj()
-	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(target).Build()
-	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
-	req := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 8}}}
-
-	booked := map[string]int64{}
-	waited := decideInParallel(t, r, jobs, req, func(_ *kueue.Workload, b booking) {
-		for _, res := range b.decision.Reservations() {
-			booked[res.Node] += res.GPUs
-		}
-	})
-	if len(booked) != nodes || waited != jobs-nodes {
-		t.Errorf("booked nodes %v and %d waiting, want each of %d nodes once and %d waiting", booked, waited, nodes, jobs-nodes)
-	}
-	for node, n := range booked {
-		if n > 8 {
-			t.Errorf("node %s booked %d GPUs of 8", node, n)
-		}
-	}
-	if got := len(r.flight.Counts().Waiting); got != jobs-nodes {
-		t.Errorf("%d Workloads recorded as waiting, want %d", got, jobs-nodes)
-	}
-}
 
 func TestMayHaveMoreRoom(t *testing.T) {
 	base := spokeTarget("gpu-a", "h100").Available().FreeGPUsPerNode(8, 0).MaxGPUsPerNode(8)
@@ -123,5 +88,26 @@ func TestTargetChangesWakeOnlyWhomTheyAffect(t *testing.T) {
 				t.Errorf("woken (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestWorkloadsOnTargetComparesFullNames: two Targets whose long names
+// share a label value each wake only the Workloads of their own Dispatches.
+func TestWorkloadsOnTargetComparesFullNames(t *testing.T) {
+	a, b := target253, target253[:252]+"y"
+	mk := func(name, target, wl string) *v1alpha1.Dispatch {
+		d := &v1alpha1.Dispatch{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "agents",
+			Labels: map[string]string{v1alpha1.LabelTarget: v1alpha1.LabelValue(target)}}}
+		d.Spec.TargetName, d.Spec.Workload = target, v1alpha1.WorkloadReference{Namespace: "team-a", Name: wl}
+		return d
+	}
+	// Force a shared label value, as a hash collision would.
+	da, db := mk("da", a, "wl-a"), mk("db", b, "wl-b")
+	db.Labels[v1alpha1.LabelTarget] = da.Labels[v1alpha1.LabelTarget]
+	r := &Reconciler{client: withDispatchIndexes(fake.NewClientBuilder().WithScheme(testScheme(t))).WithObjects(da, db).Build()}
+	got := r.workloadsOnTarget(context.Background(), a)
+	want := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "wl-a"}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("workloadsOnTarget (-want +got):\n%s", diff)
 	}
 }

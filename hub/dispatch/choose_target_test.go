@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -150,4 +152,125 @@ func decideInParallel(t *testing.T, r *Reconciler, jobs int, req placement.Reque
 	}
 	wg.Wait()
 	return waited
+}
+
+// TestParallelBookingsNeverOverbook: workers deciding at once book no more
+// GPUs than a target has, node by node, and the jobs left over wait.
+func TestParallelBookingsNeverOverbook(t *testing.T) {
+	const nodes, jobs = 6, 20
+	free := make([]int32, nodes)
+	for i := range free {
+		free[i] = 8
+	}
+	target := spokeTarget("gpu-a", "h100").AgentNamespace("agents").Available().
+		FreeGPUsPerNode(free...).MaxGPUsPerNode(8).Obj()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(target).Build()
+	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
+	req := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 8}}}
+
+	booked := map[string]int64{}
+	waited := decideInParallel(t, r, jobs, req, func(_ *kueue.Workload, b booking) {
+		for _, res := range b.decision.Reservations() {
+			booked[res.Node] += res.GPUs
+		}
+	})
+	if len(booked) != nodes || waited != jobs-nodes {
+		t.Errorf("booked nodes %v and %d waiting, want each of %d nodes once and %d waiting", booked, waited, nodes, jobs-nodes)
+	}
+	for node, n := range booked {
+		if n > 8 {
+			t.Errorf("node %s booked %d GPUs of 8", node, n)
+		}
+	}
+	if got := len(r.flight.Counts().Waiting); got != jobs-nodes {
+		t.Errorf("%d Workloads recorded as waiting, want %d", got, jobs-nodes)
+	}
+}
+
+func TestRequestOf(t *testing.T) {
+	cases := map[string]struct {
+		wl   *kueue.Workload
+		want placement.Request
+	}{
+		"counts and GPUs from the spec before admission": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 2).Request(gpu, "4").Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 2, GPUsPerPod: 4}}},
+		},
+		"admission counts win over the spec": {
+			// Partial admission: Kueue admitted fewer pods than asked.
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("launcher", 1).Obj(),
+				*kueuetesting.MakePodSet("node", 8).Request(gpu, "8").Obj(),
+			).ReserveQuotaAt(kueuetesting.MakeAdmission("cq").PodSets(
+				kueuetesting.MakePodSetAssignment("launcher").Flavor(corev1.ResourceCPU, "default").Obj(),
+				kueuetesting.MakePodSetAssignment("node").Flavor(gpu, "h100").Count(5).Obj(),
+			).Obj(), t0).Obj(),
+			want: placement.Request{Flavors: []string{"default", "h100"}, PodSets: []placement.PodSet{
+				{Name: "launcher", Count: 1, GPUsPerPod: 0}, {Name: "node", Count: 5, GPUsPerPod: 8},
+			}},
+		},
+		"an assignment without a count keeps the spec's": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 3).Request(gpu, "1").Obj(),
+			).ReserveQuotaAt(&kueue.Admission{ClusterQueue: "cq", PodSetAssignments: []kueue.PodSetAssignment{{
+				Name: "node", Flavors: map[corev1.ResourceName]kueue.ResourceFlavorReference{gpu: "a100"},
+			}}}, t0).Obj(),
+			want: placement.Request{Flavors: []string{"a100"}, PodSets: []placement.PodSet{{Name: "node", Count: 3, GPUsPerPod: 1}}},
+		},
+		"topology request from Kueue's pod set": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 4).Request(gpu, "8").RequiredTopologyRequest("rack").Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 4, GPUsPerPod: 8, Required: "rack"}}},
+		},
+		"topology request from the pod template's annotation": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 2).Request(gpu, "1").
+					Annotations(map[string]string{placement.PreferredTopologyAnnotation: "block"}).Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 2, GPUsPerPod: 1, Preferred: "block"}}},
+		},
+		"GPUs from limits when there are no requests": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 1).Containers(gpuContainer("c", "", "2")).Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 2}}},
+		},
+		"requests win over limits": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 1).Containers(gpuContainer("c", "2", "4")).Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 2}}},
+		},
+		"containers add up": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 2).Containers(
+					gpuContainer("trainer", "4", "4"), gpuContainer("helper", "2", ""),
+					gpuContainer("sidecar", "", "1"), corev1.Container{Name: "logger"},
+				).Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 2, GPUsPerPod: 7}}},
+		},
+		"flavors of every pod set and resource, once and sorted": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("a", 1).Obj(),
+				*kueuetesting.MakePodSet("b", 1).Obj(),
+			).ReserveQuotaAt(kueuetesting.MakeAdmission("cq").PodSets(
+				kueuetesting.MakePodSetAssignment("a").Flavor(gpu, "h100").Flavor(corev1.ResourceCPU, "zone-b").Obj(),
+				kueuetesting.MakePodSetAssignment("b").Flavor(gpu, "h100").Flavor(corev1.ResourceMemory, "big-mem").Obj(),
+			).Obj(), t0).Obj(),
+			want: placement.Request{Flavors: []string{"big-mem", "h100", "zone-b"}, PodSets: []placement.PodSet{
+				{Name: "a", Count: 1}, {Name: "b", Count: 1},
+			}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, requestOf(tc.wl)); diff != "" {
+				t.Errorf("requestOf (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
