@@ -1,7 +1,3 @@
-// Package dispatch is the hub's admission-check controller for Workloads:
-// once Kueue has reserved quota it snapshots the runtime, places the job on
-// a Target, writes the Dispatch, drives the AdmissionCheck state from the
-// Dispatch's progress and mirrors that progress into the TrainJob.
 package dispatch
 
 import (
@@ -25,6 +21,7 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
+	"github.com/trainyard-dev/trainyard/hub/dispatch/inflight"
 	"github.com/trainyard-dev/trainyard/hub/eligibility"
 	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
@@ -45,6 +42,14 @@ type Options struct {
 	RetryAfter  time.Duration
 }
 
+// Event reasons of the dispatch controller.
+const (
+	EventDispatched = "Dispatched"
+	EventNoTarget   = "NoTarget"
+	EventRejected   = "Rejected"
+	EventRequeued   = "Requeued"
+)
+
 // Reconciler is the hub dispatch controller. Workloads are its objects;
 // Dispatches and Targets only wake it.
 type Reconciler struct {
@@ -60,7 +65,7 @@ type Reconciler struct {
 	progress *progressPacer
 	// flight is what is in flight to each target, kept by the Dispatch
 	// watch, and the Workloads waiting for room.
-	flight *inflight
+	flight *inflight.Record
 	// wakeups carries Workloads a pass wakes (room it gave back) to the
 	// controller's queue.
 	wakeups chan event.GenericEvent
@@ -79,10 +84,9 @@ func NewReconciler(c client.Client, live client.Reader, recorder record.EventRec
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	r := &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), progress: newProgressPacer(), flight: newInflight(),
+	r := &Reconciler{client: c, live: live, recorder: recorder, clock: clk, opts: opts, latency: newLatencyTracker(), progress: newProgressPacer(), flight: inflight.New(clk.Now),
 		wakeups:     make(chan event.GenericEvent, wakeupBuffer),
 		eligibility: eligibility.NewCache(eligibilityCacheSize)}
-	r.flight.now = clk.Now
 	return r
 }
 
@@ -110,7 +114,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if s == nil {
-		r.flight.stopWaiting(req.NamespacedName)
+		r.flight.StopWaiting(req.NamespacedName)
 		r.latency.forget(req.NamespacedName)
 		r.progress.forget(req.NamespacedName)
 		metrics.ForgetProgress(req.NamespacedName.String())
@@ -213,28 +217,6 @@ func (r *Reconciler) load(ctx context.Context, key types.NamespacedName) (*state
 	return s, nil
 }
 
-// mustTearDown: the Workload no longer holds quota for this attempt (it is
-// deleted, evicted, deactivated, or its check asked for a retry), so its
-// remote work must go. A Workload with no check of trainyard's that is not
-// checkless (see state) is no longer trainyard's: what is left of its
-// attempts goes, and with it the Workload's finalizer.
-func (r *Reconciler) mustTearDown(s *state) bool {
-	wl := s.wl
-	switch {
-	case !wl.DeletionTimestamp.IsZero(), s.check == "" && !s.checkless:
-		return true
-	case apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished):
-		// Finished work keeps its Dispatch as the record of where it ran.
-		return s.live == nil || !s.live.Status.Phase.IsFinal()
-	case apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted),
-		!apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved):
-		return true
-	case s.checkState == kueue.CheckStateRetry, s.checkState == kueue.CheckStateRejected:
-		return true
-	}
-	return false
-}
-
 // owningTrainJob returns the TrainJob that owns wl, or nil.
 func (r *Reconciler) owningTrainJob(ctx context.Context, wl *kueue.Workload) (*trainer.TrainJob, error) {
 	for _, o := range wl.OwnerReferences {
@@ -264,7 +246,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	// The in-flight gauges read this controller's record, not the cache.
-	if err := mgr.Add(&metrics.HubFlight{Counts: r.flight.counts}); err != nil {
+	if err := mgr.Add(&metrics.HubFlight{Counts: r.flight.Counts}); err != nil {
 		return err
 	}
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {

@@ -62,18 +62,6 @@ func addTargetFinalizer(ctx context.Context, c client.Client, t *v1alpha1.Target
 	return c.Patch(ctx, t, patch)
 }
 
-// attemptLost handles a Ready check whose Dispatch is gone or going:
-// someone deleted it while the job ran. The job is requeued (check Retry),
-// so Kueue evicts it; the tear-down that follows waits for the agent to
-// confirm the remote work is gone, and Kueue then releases the quota.
-func (r *Reconciler) attemptLost(ctx context.Context, s *state) (ctrl.Result, error) {
-	if busy, err := r.liveAttemptExists(ctx, s.wl); err != nil || busy {
-		// The cache lags: look again shortly.
-		return ctrl.Result{RequeueAfter: time.Second}, err
-	}
-	return ctrl.Result{}, r.requeue(ctx, s, fmt.Sprintf("the Dispatch of attempt %d was deleted while the job ran", currentAttempt(s.wl)))
-}
-
 // targetDrainer keeps TargetFinalizer on every Target that Dispatches name
 // and releases a Target being deleted once none is left.
 type targetDrainer struct {

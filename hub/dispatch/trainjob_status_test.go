@@ -298,3 +298,34 @@ func TestEveryApplyCarriesAllOwnedFields(t *testing.T) {
 		}
 	}
 }
+
+func TestJobsStatus(t *testing.T) {
+	cases := map[string]struct {
+		replicas []v1alpha1.ReplicaStatus
+		want     []trainer.JobStatus
+	}{
+		"no replicas": {},
+		"empty replicas": {
+			replicas: []v1alpha1.ReplicaStatus{},
+		},
+		"one pod set": {
+			replicas: []v1alpha1.ReplicaStatus{{Name: "node", Active: 2, Ready: 1, Succeeded: 3, Failed: 4}},
+			want: []trainer.JobStatus{{Name: "node", Active: ptr.To[int32](2), Ready: ptr.To[int32](1),
+				Succeeded: ptr.To[int32](3), Failed: ptr.To[int32](4), Suspended: ptr.To[int32](0)}},
+		},
+		"zeros are explicit and order is kept": {
+			replicas: []v1alpha1.ReplicaStatus{{Name: "node"}, {Name: "launcher", Active: 1}},
+			want: []trainer.JobStatus{
+				{Name: "node", Active: ptr.To[int32](0), Ready: ptr.To[int32](0), Succeeded: ptr.To[int32](0), Failed: ptr.To[int32](0), Suspended: ptr.To[int32](0)},
+				{Name: "launcher", Active: ptr.To[int32](1), Ready: ptr.To[int32](0), Succeeded: ptr.To[int32](0), Failed: ptr.To[int32](0), Suspended: ptr.To[int32](0)},
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, jobsStatus(tc.replicas)); diff != "" {
+				t.Errorf("jobsStatus (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -74,9 +74,9 @@ func (r *Reconciler) onDispatch(o client.Object, deleted bool, q queue) {
 	}
 	var wake []reconcile.Request
 	if deleted {
-		wake = r.flight.forget(d)
+		wake = r.flight.Forget(d)
 	} else {
-		wake = r.flight.observe(d, gpusOf(d))
+		wake = r.flight.Observe(d, gpusOf(d))
 	}
 	for _, req := range append(wake, workloadOfDispatch(d)...) {
 		q.Add(req)
@@ -112,7 +112,7 @@ func (r *Reconciler) targetHandler() handler.EventHandler {
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, q queue) {
 			if t, ok := e.Object.(*v1alpha1.Target); ok {
-				addAll(q, r.flight.noteTarget(t))
+				addAll(q, r.flight.NoteTarget(t))
 			}
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q queue) {
@@ -127,17 +127,17 @@ func (r *Reconciler) targetHandler() handler.EventHandler {
 			}
 			if oldT.Generation != newT.Generation {
 				// Those that waited on its old spec (a flavor it dropped).
-				addAll(q, r.flight.wakeWanting(oldT))
+				addAll(q, r.flight.WakeWanting(oldT))
 			}
 			if flipped || mayHaveMoreRoom(oldT, newT) {
-				addAll(q, r.flight.noteTarget(newT))
+				addAll(q, r.flight.NoteTarget(newT))
 				return
 			}
-			addAll(q, r.flight.recordTarget(newT))
+			addAll(q, r.flight.RecordTarget(newT))
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q queue) {
 			if t, ok := e.Object.(*v1alpha1.Target); ok {
-				addAll(q, r.flight.forgetTarget(t))
+				addAll(q, r.flight.ForgetTarget(t))
 			}
 			addAll(q, r.workloadsOnTarget(ctx, e.Object.GetName()))
 		},
@@ -159,7 +159,7 @@ func (r *Reconciler) sweepWaiting(ctx context.Context, interval time.Duration) e
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			r.wakeUp(ctx, r.flight.sweep())
+			r.wakeUp(ctx, r.flight.Sweep())
 		}
 	}
 }

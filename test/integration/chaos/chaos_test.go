@@ -149,7 +149,7 @@ func TestSIGKILLDuringBurst(t *testing.T) {
 // An attempt above 1 is a restart unless it is the job's only copy and
 // nothing requeued or refused an earlier one: a hub killed between
 // numbering an attempt and writing its Dispatch leaves the number skipped
-// (hub/dispatch release.go), and nothing ran. It returns those jobs.
+// (hub/dispatch start_attempt.go), and nothing ran. It returns those jobs.
 func checkOnce(t *testing.T, copies []remoteCopy, wls map[string]string, events []corev1.Event, lost map[string]bool) (skipped []string) {
 	t.Helper()
 	byWorkload := map[string][]remoteCopy{}

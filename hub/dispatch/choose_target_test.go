@@ -7,21 +7,19 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueuetesting "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/hub/placement"
-	"github.com/trainyard-dev/trainyard/internal/metrics"
 	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
@@ -66,7 +64,7 @@ func TestKubernetesQueueWaitsForSettledRoom(t *testing.T) {
 		FreeGPUsPerNode(1, 0).MaxGPUsPerNode(4).Obj()
 	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(target).Build()
 	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
-	r.flight.recordTarget(target)
+	r.flight.RecordTarget(target)
 	onePod := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 1}}}
 
 	var fit string
@@ -84,13 +82,12 @@ func TestKubernetesQueueWaitsForSettledRoom(t *testing.T) {
 	if fits, queued, waited := count(onePod); fits != 1 || queued != 0 || waited != jobs-1 {
 		t.Fatalf("while the job that fit starts: %d fit, %d queued, %d wait; want 1, 0, %d", fits, queued, waited, jobs-1)
 	}
-	d := pendingDispatch(fit[len("agents/"):], "gpu-a", v1alpha1.DispatchSubmitted)
-	d.Namespace = "agents"
-	r.flight.observe(d, 1)
+	d := tyt.MakeDispatch(fit[len("agents/"):], "agents", "gpu-a").Phase(v1alpha1.DispatchSubmitted).Obj()
+	r.flight.Observe(d, 1)
 	// The agent saw it running after its reading 1 began: that reading may
 	// count its bound pod, as the record does.
 	d.Status.Phase, d.Status.StartTime, d.Status.CountedFromReading = v1alpha1.DispatchRunning, &metav1.Time{Time: t0}, 2
-	if wake := r.flight.observe(d, 1); len(wake) == 0 {
+	if wake := r.flight.Observe(d, 1); len(wake) == 0 {
 		t.Errorf("the job that fit started: woke none, want the line")
 	}
 	if fits, queued, waited := count(onePod); fits != 0 || queued != 0 || waited != jobs {
@@ -102,10 +99,10 @@ func TestKubernetesQueueWaitsForSettledRoom(t *testing.T) {
 	}
 	full := tyt.MakeKubernetesTarget("gpu-a", "h100").FreeGPUsPerNode(0, 0).Obj()
 	counted.Status.Topology, counted.Status.FreeGPUs, counted.Status.CapacityReading = full.Status.Topology, 0, 2
-	if wake := r.flight.recordTarget(counted); len(wake) == 0 {
+	if wake := r.flight.RecordTarget(counted); len(wake) == 0 {
 		t.Errorf("the reading that counts the running job: woke none, want the line")
 	}
-	if wake := r.flight.recordTarget(counted); len(wake) != 0 {
+	if wake := r.flight.RecordTarget(counted); len(wake) != 0 {
 		t.Errorf("the same reading again woke %d, want none", len(wake))
 	}
 	if err := c.Update(context.Background(), counted); err != nil {
@@ -157,69 +154,123 @@ func decideInParallel(t *testing.T, r *Reconciler, jobs int, req placement.Reque
 	return waited
 }
 
-// TestQueuedStartWakesWaiting: a queued Dispatch holds its place in the
-// target's queue until it runs; then the Workloads waiting on the hub
-// wake, as they do when any Dispatch ends. The mark is read from the
-// watched Dispatch, so a restarted hub counts the same.
-func TestQueuedStartWakesWaiting(t *testing.T) {
-	f := newInflight()
-	waiter := types.NamespacedName{Namespace: "team-a", Name: "waiter"}
-	f.waitLocked(waiter, waitingFor(1, "hpc"))
-	f.recordTarget(tyt.MakeSlurmTarget("hpc", "hpc", "gpu").Available().SlurmQueueDepth(1).Obj())
-	queuedDispatch := func(phase v1alpha1.DispatchPhase) *v1alpha1.Dispatch {
-		d := pendingDispatch("q", "hpc", phase)
-		d.Annotations = map[string]string{v1alpha1.AnnotationQueued: "true"}
-		return d
+// TestParallelBookingsNeverOverbook: workers deciding at once book no more
+// GPUs than a target has, node by node, and the jobs left over wait.
+func TestParallelBookingsNeverOverbook(t *testing.T) {
+	const nodes, jobs = 6, 20
+	free := make([]int32, nodes)
+	for i := range free {
+		free[i] = 8
 	}
-	placesTaken := func() int32 {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.queuedLocked("hpc")
+	target := spokeTarget("gpu-a", "h100").AgentNamespace("agents").Available().
+		FreeGPUsPerNode(free...).MaxGPUsPerNode(8).Obj()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(target).Build()
+	r := NewReconciler(c, c, nil, clocktesting.NewFakeClock(t0), Options{})
+	req := placement.Request{Flavors: []string{"h100"}, PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 8}}}
+
+	booked := map[string]int64{}
+	waited := decideInParallel(t, r, jobs, req, func(_ *kueue.Workload, b booking) {
+		for _, res := range b.decision.Reservations() {
+			booked[res.Node] += res.GPUs
+		}
+	})
+	if len(booked) != nodes || waited != jobs-nodes {
+		t.Errorf("booked nodes %v and %d waiting, want each of %d nodes once and %d waiting", booked, waited, nodes, jobs-nodes)
 	}
-	if wake := f.observe(queuedDispatch(""), 1); len(wake) != 0 || placesTaken() != 1 {
-		t.Fatalf("new queued Dispatch: woke %v, %d places taken; want none, 1", wake, placesTaken())
+	for node, n := range booked {
+		if n > 8 {
+			t.Errorf("node %s booked %d GPUs of 8", node, n)
+		}
 	}
-	if wake := f.observe(queuedDispatch(v1alpha1.DispatchSubmitted), 1); len(wake) != 0 || placesTaken() != 1 {
-		t.Errorf("submitted: woke %v, %d places taken; want none, 1", wake, placesTaken())
-	}
-	want := []reconcile.Request{{NamespacedName: waiter}}
-	if wake := f.observe(queuedDispatch(v1alpha1.DispatchRunning), 1); !cmp.Equal(want, wake) || placesTaken() != 0 {
-		t.Errorf("running: woke %v, %d places taken; want %v, 0", wake, placesTaken(), want)
-	}
-	if wake := f.observe(queuedDispatch(v1alpha1.DispatchRunning), 1); len(wake) != 0 {
-		t.Errorf("running again: woke %v, want none", wake)
-	}
-	if f.observe(pendingDispatch("fits", "hpc", ""), 1); placesTaken() != 0 {
-		t.Errorf("a Dispatch that fit takes %d places of the queue, want 0", placesTaken())
+	if got := len(r.flight.Counts().Waiting); got != jobs-nodes {
+		t.Errorf("%d Workloads recorded as waiting, want %d", got, jobs-nodes)
 	}
 }
 
-// TestCounts: the hub's gauges read the record, not the cache: Dispatches
-// not yet running per target, the queued ones among them, and the waiting
-// line with the time each first found no room, and the queue depth of
-// each target that takes queued jobs.
-func TestCounts(t *testing.T) {
-	f := newInflight()
-	f.recordTarget(tyt.MakeSlurmTarget("hpc", "hpc", "gpu").Obj())
-	f.recordTarget(spokeTarget("gpu-a", "h100").Obj())
-	q := pendingDispatch("q", "hpc", v1alpha1.DispatchSubmitted)
-	q.Annotations = map[string]string{v1alpha1.AnnotationQueued: "true"}
-	f.observe(q, 1)
-	f.observe(pendingDispatch("p", "hpc", v1alpha1.DispatchPending), 1)
-	f.observe(pendingDispatch("r", "hpc", v1alpha1.DispatchRunning), 1)
-	f.observe(pendingDispatch("done", "hpc", v1alpha1.DispatchSucceeded), 1)
-	f.mu.Lock()
-	f.bookLocked("agents/b", "gpu-a", "b", types.NamespacedName{Name: "b"}, 8, nil, false, t0)
-	f.mu.Unlock()
-	f.now = func() time.Time { return t0.Add(time.Minute) }
-	joinLine(f, types.NamespacedName{Name: "w"}, waitingFor(4, "hpc"))
-	want := metrics.FlightCounts{
-		InFlight:   map[string]int{"hpc": 2, "gpu-a": 1},
-		Queued:     map[string]int{"hpc": 1},
-		QueueLimit: map[string]int{"hpc": int(v1alpha1.DefaultSlurmQueueDepth)},
-		Waiting:    []metrics.WaitingJob{{Flavors: []string{"hpc"}, Since: t0.Add(time.Minute)}},
+func TestRequestOf(t *testing.T) {
+	cases := map[string]struct {
+		wl   *kueue.Workload
+		want placement.Request
+	}{
+		"counts and GPUs from the spec before admission": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 2).Request(gpu, "4").Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 2, GPUsPerPod: 4}}},
+		},
+		"admission counts win over the spec": {
+			// Partial admission: Kueue admitted fewer pods than asked.
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("launcher", 1).Obj(),
+				*kueuetesting.MakePodSet("node", 8).Request(gpu, "8").Obj(),
+			).ReserveQuotaAt(kueuetesting.MakeAdmission("cq").PodSets(
+				kueuetesting.MakePodSetAssignment("launcher").Flavor(corev1.ResourceCPU, "default").Obj(),
+				kueuetesting.MakePodSetAssignment("node").Flavor(gpu, "h100").Count(5).Obj(),
+			).Obj(), t0).Obj(),
+			want: placement.Request{Flavors: []string{"default", "h100"}, PodSets: []placement.PodSet{
+				{Name: "launcher", Count: 1, GPUsPerPod: 0}, {Name: "node", Count: 5, GPUsPerPod: 8},
+			}},
+		},
+		"an assignment without a count keeps the spec's": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 3).Request(gpu, "1").Obj(),
+			).ReserveQuotaAt(&kueue.Admission{ClusterQueue: "cq", PodSetAssignments: []kueue.PodSetAssignment{{
+				Name: "node", Flavors: map[corev1.ResourceName]kueue.ResourceFlavorReference{gpu: "a100"},
+			}}}, t0).Obj(),
+			want: placement.Request{Flavors: []string{"a100"}, PodSets: []placement.PodSet{{Name: "node", Count: 3, GPUsPerPod: 1}}},
+		},
+		"topology request from Kueue's pod set": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 4).Request(gpu, "8").RequiredTopologyRequest("rack").Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 4, GPUsPerPod: 8, Required: "rack"}}},
+		},
+		"topology request from the pod template's annotation": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 2).Request(gpu, "1").
+					Annotations(map[string]string{placement.PreferredTopologyAnnotation: "block"}).Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 2, GPUsPerPod: 1, Preferred: "block"}}},
+		},
+		"GPUs from limits when there are no requests": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 1).Containers(gpuContainer("c", "", "2")).Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 2}}},
+		},
+		"requests win over limits": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 1).Containers(gpuContainer("c", "2", "4")).Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 1, GPUsPerPod: 2}}},
+		},
+		"containers add up": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("node", 2).Containers(
+					gpuContainer("trainer", "4", "4"), gpuContainer("helper", "2", ""),
+					gpuContainer("sidecar", "", "1"), corev1.Container{Name: "logger"},
+				).Obj(),
+			).Obj(),
+			want: placement.Request{PodSets: []placement.PodSet{{Name: "node", Count: 2, GPUsPerPod: 7}}},
+		},
+		"flavors of every pod set and resource, once and sorted": {
+			wl: kueuetesting.MakeWorkload("wl", "team-a").PodSets(
+				*kueuetesting.MakePodSet("a", 1).Obj(),
+				*kueuetesting.MakePodSet("b", 1).Obj(),
+			).ReserveQuotaAt(kueuetesting.MakeAdmission("cq").PodSets(
+				kueuetesting.MakePodSetAssignment("a").Flavor(gpu, "h100").Flavor(corev1.ResourceCPU, "zone-b").Obj(),
+				kueuetesting.MakePodSetAssignment("b").Flavor(gpu, "h100").Flavor(corev1.ResourceMemory, "big-mem").Obj(),
+			).Obj(), t0).Obj(),
+			want: placement.Request{Flavors: []string{"big-mem", "h100", "zone-b"}, PodSets: []placement.PodSet{
+				{Name: "a", Count: 1}, {Name: "b", Count: 1},
+			}},
+		},
 	}
-	if diff := cmp.Diff(want, f.counts()); diff != "" {
-		t.Errorf("counts (-want +got):\n%s", diff)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, requestOf(tc.wl)); diff != "" {
+				t.Errorf("requestOf (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

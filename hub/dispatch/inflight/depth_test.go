@@ -1,4 +1,4 @@
-package dispatch
+package inflight
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tyt "github.com/trainyard-dev/trainyard/internal/testing"
+	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestQueueDepthFollowsStarts: a Slurm target's queue deepens past its
@@ -33,11 +33,11 @@ func TestQueueDepthFollowsStarts(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			now := t0
-			f := newInflight()
+			f := New(time.Now)
 			f.now = func() time.Time { return now }
-			target := tyt.MakeSlurmTarget("hpc", "h100", "gpu").Available().SlurmQueueDepth(tc.spec).Obj()
+			target := tytesting.MakeSlurmTarget("hpc", "h100", "gpu").Available().SlurmQueueDepth(tc.spec).Obj()
 			target.Status.Capacity = corev1.ResourceList{v1alpha1.GPUResource: resource.MustParse("4")}
-			f.recordTarget(target)
+			f.RecordTarget(target)
 			for i := range 3 {
 				joinLine(f, types.NamespacedName{Namespace: "team-a", Name: fmt.Sprintf("waiting-%d", i)}, waitingFor(1, "h100"))
 			}
@@ -47,21 +47,21 @@ func TestQueueDepthFollowsStarts(t *testing.T) {
 			f.mu.Lock()
 			for i := range 6 {
 				d := pendingDispatch(fmt.Sprintf("job-%d", i), "hpc", v1alpha1.DispatchPending)
-				f.bookLocked(keyOf(d.Namespace, d.Name), "hpc", d.Spec.Workload.UID, types.NamespacedName{Name: d.Name}, 1, nil, false, now)
+				f.bookLocked(Key(d.Namespace, d.Name), "hpc", d.Spec.Workload.UID, types.NamespacedName{Name: d.Name}, 1, nil, false, now)
 				ds = append(ds, d)
 			}
 			f.mu.Unlock()
 			now = now.Add(time.Second)
 			for _, d := range ds {
 				d.Status.Phase = v1alpha1.DispatchSubmitted
-				f.observe(d, 1)
+				f.Observe(d, 1)
 			}
 			started := metav1.NewTime(now)
 			now = now.Add(2 * time.Second)
 			woken := false
 			for _, d := range ds {
 				d.Status.Phase, d.Status.StartTime = v1alpha1.DispatchRunning, &started
-				if len(f.observe(d, 1)) > 0 {
+				if len(f.Observe(d, 1)) > 0 {
 					woken = true
 				}
 			}

@@ -6,13 +6,16 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
 )
 
 // awayReasons are the reasons of a Target's Available=False that say its
@@ -82,31 +85,38 @@ func letGo(ctx context.Context, c client.Client, d *v1alpha1.Dispatch) error {
 	return client.IgnoreNotFound(c.Patch(ctx, d, patch))
 }
 
-// lagRecheck paces a pass that found an attempt this hub booked or wrote
-// but the cache does not show as the current one yet.
-const lagRecheck = time.Second
+// requeue asks Kueue to evict and requeue the Workload; tear-down of the
+// current attempt follows on the next pass.
+func (r *Reconciler) requeue(ctx context.Context, s *state, why string) error {
+	if s.checkless {
+		// Kueue holds no quota for the job and no check to retry: the
+		// attempt goes, and the next pass places the job again.
+		r.recorder.Event(s.wl, corev1.EventTypeWarning, EventRequeued, why)
+		if s.live == nil {
+			return nil
+		}
+		return letGo(ctx, r.client, s.live)
+	}
+	if err := r.setCheck(ctx, s, kueue.CheckStateRetry, why); err != nil {
+		return err
+	}
+	target := ""
+	if s.live != nil {
+		target = s.live.Spec.TargetName
+	}
+	metrics.Dispatched(target, metrics.ResultRequeued)
+	r.recorder.Event(s.wl, corev1.EventTypeWarning, EventRequeued, why)
+	return nil
+}
 
-// waitForEarlierAttempts is startAttempt's pass while an earlier attempt
-// still exists (attemptUnderWay). One being deleted on a lost target is let
-// go now; the others wait for their agent, and their going (the Dispatch
-// watch) or their target's loss (the Target watch) wakes the Workload, so
-// the pass only looks again after RetryAfter. A booking or a Dispatch not
-// being deleted is the cache lagging what this hub just wrote: it shows
-// shortly (or the booking times out).
-func (r *Reconciler) waitForEarlierAttempts(ctx context.Context, s *state) (ctrl.Result, error) {
-	lags := r.flight.booked(s.wl.UID)
-	for i := range s.dispatches {
-		d := &s.dispatches[i]
-		if d.DeletionTimestamp.IsZero() {
-			lags = true
-			continue
-		}
-		if err := letGo(ctx, r.client, d); err != nil {
-			return ctrl.Result{}, err
-		}
+// attemptLost handles a Ready check whose Dispatch is gone or going:
+// someone deleted it while the job ran. The job is requeued (check Retry),
+// so Kueue evicts it; the tear-down that follows waits for the agent to
+// confirm the remote work is gone, and Kueue then releases the quota.
+func (r *Reconciler) attemptLost(ctx context.Context, s *state) (ctrl.Result, error) {
+	if busy, err := r.liveAttemptExists(ctx, s.wl); err != nil || busy {
+		// The cache lags: look again shortly.
+		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
-	if lags {
-		return ctrl.Result{RequeueAfter: lagRecheck}, nil
-	}
-	return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil
+	return ctrl.Result{}, r.requeue(ctx, s, fmt.Sprintf("the Dispatch of attempt %d was deleted while the job ran", currentAttempt(s.wl)))
 }

@@ -1,4 +1,4 @@
-package dispatch
+package inflight
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 // free GPUs) with 10,000 jobs waiting and room for one: its cost must not
 // grow with the line beyond reading it.
 func BenchmarkWakeUp(b *testing.B) {
-	f := newInflight()
+	f := New(time.Now)
 	f.now = func() time.Time { return t0 }
 	f.mu.Lock()
 	for i := range 10000 {
@@ -21,7 +21,7 @@ func BenchmarkWakeUp(b *testing.B) {
 	}
 	f.mu.Unlock()
 	target := spokeTarget("gpu-a", "h100").Available().FreeGPUs(1).Obj()
-	f.recordTarget(target)
+	f.RecordTarget(target)
 	b.ResetTimer()
 	for range b.N {
 		f.mu.Lock()

@@ -1,49 +1,17 @@
 package dispatch
 
 import (
-	"context"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
-
-// releaseAttempt gives attempt back after the API server refused to create
-// its Dispatch, so that the next pass reuses the number instead of burning
-// one per failure. Only a refusal that proves nothing was stored qualifies
-// (a timeout may have stored the Dispatch, and then the number stays
-// taken). The patch is optimistic: if the Workload changed since, another
-// replica may have taken a later attempt, and the number stays taken.
-// It returns createErr, so the pass fails and is retried with backoff.
-func (r *Reconciler) releaseAttempt(ctx context.Context, wl *kueue.Workload, attempt int32, createErr error) error {
-	if !refused(createErr) || currentAttempt(wl) != attempt {
-		return createErr
-	}
-	patch := client.MergeFromWithOptions(wl.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	wl.Annotations[v1alpha1.AnnotationAttempt] = strconv.Itoa(int(attempt - 1))
-	if err := r.client.Patch(ctx, wl, patch); err != nil {
-		ctrl.LoggerFrom(ctx).Info("could not give back an attempt number; it stays skipped", "attempt", attempt, "error", err)
-	}
-	return createErr
-}
-
-// refused reports whether err is an answer of the API server that means
-// the object was not stored.
-func refused(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) ||
-		apierrors.IsNotFound(err) || apierrors.IsUnauthorized(err) || apierrors.IsMethodNotSupported(err) ||
-		apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsTooManyRequests(err)
-}
 
 // ignoreOwnAttemptWrites drops Workload updates that change nothing but
 // the attempt annotation, which only this controller writes. Waking on

@@ -9,8 +9,6 @@ import (
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -130,47 +128,4 @@ func refusalWords(refusals map[string]v1alpha1.Refusal) string {
 		words[i] = n + ": " + refusals[n].Reason
 	}
 	return strings.Join(words, "; ")
-}
-
-// queueFlavors lists every flavor of the ClusterQueue that admitted wl. A
-// queue that is gone has none: the job is then judged by its own flavors.
-func (r *Reconciler) queueFlavors(ctx context.Context, wl *kueue.Workload) ([]string, error) {
-	if wl.Status.Admission == nil {
-		return nil, nil
-	}
-	var cq kueue.ClusterQueue
-	if err := r.client.Get(ctx, client.ObjectKey{Name: string(wl.Status.Admission.ClusterQueue)}, &cq); err != nil {
-		return nil, client.IgnoreNotFound(err)
-	}
-	var out []string
-	for _, rg := range cq.Spec.ResourceGroups {
-		for _, f := range rg.Flavors {
-			out = append(out, string(f.Name))
-		}
-	}
-	return out, nil
-}
-
-// reject refuses the job for good: the check goes Rejected (Kueue then
-// deactivates the Workload and releases its quota) and the TrainJob gets
-// Failed with the reason, which stays where the user looks after Kueue
-// has reset the check. A flavor-less job has no check; the Failed
-// condition alone ends it.
-func (r *Reconciler) reject(ctx context.Context, s *state, target, msg string) error {
-	metrics.Dispatched(target, metrics.ResultRejected)
-	if err := r.setCheck(ctx, s, kueue.CheckStateRejected, msg); err != nil {
-		return err
-	}
-	tj, err := r.owningTrainJob(ctx, s.wl)
-	if err != nil {
-		return err
-	}
-	if tj != nil && !apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobFailed) {
-		setConditionStatus(tj, trainer.TrainJobFailed, metav1.ConditionTrue, v1alpha1.ReasonDispatchRejected, "trainyard: "+msg)
-		if err := r.applyTrainJobStatus(ctx, tj); err != nil {
-			return err
-		}
-	}
-	r.recorder.Event(s.wl, corev1.EventTypeWarning, EventRejected, msg)
-	return nil
 }

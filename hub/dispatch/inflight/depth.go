@@ -1,4 +1,4 @@
-package dispatch
+package inflight
 
 import (
 	"math"
@@ -68,7 +68,7 @@ func sample(avg *time.Duration, d time.Duration) {
 
 // gaugeLocked is target's gauge, made when first needed. The caller
 // holds mu.
-func (f *inflight) gaugeLocked(target string) *depthGauge {
+func (f *Record) gaugeLocked(target string) *depthGauge {
 	g := f.gauges[target]
 	if g == nil {
 		g = &depthGauge{}
@@ -81,7 +81,7 @@ func (f *inflight) gaugeLocked(target string) *depthGauge {
 // shows of a Dispatch to t (fl) after prev (seen: the record held it
 // before), and records a start. It reports whether the Dispatch started
 // now. Targets that take no queued jobs are not timed. The caller holds mu.
-func (f *inflight) timeRefillLocked(t *v1alpha1.Target, prev flight, seen bool, fl flight, now time.Time) bool {
+func (f *Record) timeRefillLocked(t *v1alpha1.Target, prev flight, seen bool, fl flight, now time.Time) bool {
 	if !seen || t == nil || t.QueueDepth() == 0 {
 		return false
 	}
@@ -114,7 +114,7 @@ func (g *depthGauge) trim(now time.Time) {
 
 // depthLocked is t's queue depth now: its spec's, or deeper while jobs
 // start there faster than the hub refills its queue. The caller holds mu.
-func (f *inflight) depthLocked(t *v1alpha1.Target, now time.Time) int32 {
+func (f *Record) depthLocked(t *v1alpha1.Target, now time.Time) int32 {
 	base := t.QueueDepth()
 	g := f.gauges[t.Name]
 	if base == 0 || g == nil {

@@ -1,0 +1,84 @@
+package dispatch
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+)
+
+func TestIgnoreOwnAttemptWrites(t *testing.T) {
+	base := func() *kueue.Workload { return reserved().Annotation(v1alpha1.AnnotationAttempt, "1").Obj() }
+	cases := map[string]struct {
+		change func(wl *kueue.Workload)
+		wake   bool
+	}{
+		"only the attempt":               {change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.ResourceVersion = "9" }},
+		"attempt and another annotation": {change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.Annotations["x"] = "y" }, wake: true},
+		"attempt and a status change":    {change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.Status.Conditions = nil }, wake: true},
+		"attempt and a finalizer": {change: func(wl *kueue.Workload) {
+			wl.Annotations[v1alpha1.AnnotationAttempt] = "2"
+			wl.Finalizers = []string{"f"}
+		}, wake: true},
+		"attempt and deletion": {change: func(wl *kueue.Workload) {
+			wl.Annotations[v1alpha1.AnnotationAttempt] = "2"
+			wl.DeletionTimestamp = &metav1.Time{}
+		}, wake: true},
+		"a status change alone":           {change: func(wl *kueue.Workload) { wl.Status.Conditions = nil }, wake: true},
+		"nothing (a resync)":              {change: func(wl *kueue.Workload) {}, wake: true},
+		"attempt and a spec (generation)": {change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.Generation++ }, wake: true},
+	}
+	p := ignoreOwnAttemptWrites()
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			old, cur := base(), base()
+			tc.change(cur)
+			if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != tc.wake {
+				t.Errorf("wakes the controller: %v, want %v", got, tc.wake)
+			}
+		})
+	}
+}
+
+// TestIgnoreTheStartOfAWait: the write that starts a wait for room wakes
+// no pass; any other change beside it, or a later change of a waiting
+// Workload, does.
+func TestIgnoreTheStartOfAWait(t *testing.T) {
+	check := func(st kueue.CheckState, msg string) kueue.AdmissionCheckState {
+		return kueue.AdmissionCheckState{Name: "trainyard", State: st, Message: msg, LastTransitionTime: metav1.NewTime(t0)}
+	}
+	waiting := check(kueue.CheckStatePending, WaitingPrefix+"no target has room")
+	cases := map[string]struct {
+		before, after kueue.AdmissionCheckState
+		change        func(wl *kueue.Workload)
+		wake          bool
+	}{
+		"starts to wait":                         {before: check(kueue.CheckStatePending, ""), after: waiting},
+		"starts to wait after a Retry":           {before: check(kueue.CheckStateRetry, "x"), after: waiting},
+		"was waiting, now dispatched":            {before: waiting, after: check(kueue.CheckStatePending, "dispatched to target a"), wake: true},
+		"was waiting, Kueue changed a condition": {before: waiting, after: waiting, change: func(wl *kueue.Workload) { wl.Status.Conditions = nil }, wake: true},
+		"starts to wait and is evicted": {before: check(kueue.CheckStatePending, ""), after: waiting, change: func(wl *kueue.Workload) {
+			wl.Status.Conditions = nil
+		}, wake: true},
+		"starts to wait and is deleted": {before: check(kueue.CheckStatePending, ""), after: waiting, change: func(wl *kueue.Workload) {
+			wl.DeletionTimestamp = &metav1.Time{}
+		}, wake: true},
+	}
+	p := ignoreOwnAttemptWrites()
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			old, cur := reserved().Obj(), reserved().Obj()
+			old.Status.AdmissionChecks = []kueue.AdmissionCheckState{tc.before}
+			cur.Status.AdmissionChecks = []kueue.AdmissionCheckState{tc.after}
+			if tc.change != nil {
+				tc.change(cur)
+			}
+			if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != tc.wake {
+				t.Errorf("wakes the controller: %v, want %v", got, tc.wake)
+			}
+		})
+	}
+}
