@@ -87,8 +87,8 @@ func TestKubernetesQueueWaitsForSettledRoom(t *testing.T) {
 	// The agent saw it running after its reading 1 began: that reading may
 	// count its bound pod, as the record does.
 	d.Status.Phase, d.Status.StartTime, d.Status.CountedFromReading = v1alpha1.DispatchRunning, &metav1.Time{Time: t0}, 2
-	if wake := r.flight.Observe(d, 1); len(wake) == 0 {
-		t.Errorf("the job that fit started: woke none, want the line")
+	if wake := r.flight.Observe(d, 1); len(wake) != 0 {
+		t.Errorf("the job that fit started before a reading counts it: woke %d, want none (they would find no room)", len(wake))
 	}
 	if fits, queued, waited := count(onePod); fits != 0 || queued != 0 || waited != jobs {
 		t.Errorf("running, before a reading counts it: %d fit, %d queued, %d wait; want 0, 0, %d", fits, queued, waited, jobs)

@@ -140,10 +140,14 @@ func (f *Record) Observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request {
 	slim.Status.CountedFromReading = d.Status.CountedFromReading
 	slim.Spec.PodSets = d.Spec.PodSets
 	prev, seen := on[key]
+	now, t := f.now(), f.targets[d.Spec.TargetName]
+	var unsettled int32
+	if t != nil {
+		unsettled = f.unsettledLocked(t)
+	}
 	// The booking's time stays with the flight, to time the refill.
 	fl := flight{workload: d.Spec.Workload.UID, gpus: gpus, queued: d.Annotations[v1alpha1.AnnotationQueued] == "true", d: slim, at: prev.at}
 	on[key] = fl
-	now, t := f.now(), f.targets[d.Spec.TargetName]
 	var depth int32
 	if t != nil {
 		depth = f.depthLocked(t, now)
@@ -152,8 +156,11 @@ func (f *Record) Observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request {
 	switch {
 	case seen && prev.waitsInQueue() && !fl.waitsInQueue(), started && f.depthLocked(t, now) > depth:
 		return f.wakeForLocked(d.Spec.TargetName)
-	case seen && !fl.queued && !prev.started() && fl.started() && t != nil && t.QueueDepth() > 0:
-		// It settled: the jobs it kept out of the target's queue may go.
+	case t != nil && t.QueueDepth() > 0 && f.unsettledLocked(t) < unsettled:
+		// It settled (the target's last reading counts it, as the record
+		// does): the jobs it kept out of the target's queue may go. A start
+		// the reading has not counted yet changes nothing; the reading that
+		// counts it wakes them (RecordTarget).
 		return f.wakeForLocked(d.Spec.TargetName)
 	}
 	return nil

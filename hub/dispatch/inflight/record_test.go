@@ -143,6 +143,49 @@ func TestQueuedStartWakesWaiting(t *testing.T) {
 	}
 }
 
+// TestSettledStartWakesWaiting: a job sent to fit a Kubernetes spoke that
+// takes queued jobs keeps the waiting out of its queue until the spoke's
+// reading counts it (unsettledLocked). Its start wakes them only when the
+// last reading already counts it; otherwise the reading that does wakes
+// them (RecordTarget), and a wake at the start would find no room.
+func TestSettledStartWakesWaiting(t *testing.T) {
+	cases := map[string]struct {
+		reading, countedFrom int64
+		queueDepth           int32
+		wantWake             bool
+	}{
+		"the last reading counts it":     {reading: 5, countedFrom: 5, queueDepth: 1, wantWake: true},
+		"a later reading counts it":      {reading: 7, countedFrom: 5, queueDepth: 1, wantWake: true},
+		"no reading counts it yet":       {reading: 4, countedFrom: 5, queueDepth: 1},
+		"the spoke takes no queued jobs": {reading: 5, countedFrom: 5, queueDepth: 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := New(time.Now)
+			waiter := types.NamespacedName{Namespace: "team-a", Name: "waiter"}
+			f.mu.Lock()
+			f.waitLocked(waiter, waitingFor(1, "h100"))
+			f.mu.Unlock()
+			target := tytesting.MakeKubernetesTarget("gpu-a", "h100").Available().KubernetesQueueDepth(tc.queueDepth).Obj()
+			target.Status.CapacityReading = tc.reading
+			f.RecordTarget(target)
+			d := pendingDispatch("a", "gpu-a", v1alpha1.DispatchSubmitted)
+			if wake := f.Observe(d, 1); len(wake) != 0 {
+				t.Fatalf("submitted: woke %v, want none", wake)
+			}
+			d = d.DeepCopy()
+			d.Status.Phase, d.Status.StartTime, d.Status.CountedFromReading = v1alpha1.DispatchRunning, &metav1.Time{Time: t0}, tc.countedFrom
+			wake := f.Observe(d, 1)
+			if got := len(wake) != 0; got != tc.wantWake {
+				t.Errorf("started: woke %v, want a wake %v", wake, tc.wantWake)
+			}
+			if wake := f.Observe(d, 1); len(wake) != 0 {
+				t.Errorf("seen running again: woke %v, want none", wake)
+			}
+		})
+	}
+}
+
 // TestCounts: the hub's gauges read the record, not the cache: Dispatches
 // not yet running per target, the queued ones among them, and the waiting
 // line with the time each first found no room, and the queue depth of
