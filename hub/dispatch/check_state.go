@@ -65,6 +65,9 @@ func (r *Reconciler) syncCheckState(ctx context.Context, s *state) error {
 	where := fmt.Sprintf("target %s (attempt %d)", d.Spec.TargetName, d.Spec.Attempt)
 	switch d.Status.Phase {
 	case "", v1alpha1.DispatchPending:
+		if r.answerDue(s) {
+			return nil
+		}
 		return r.setCheck(ctx, s, kueue.CheckStatePending, "dispatched to "+where+", waiting for its agent")
 	case v1alpha1.DispatchSubmitted, v1alpha1.DispatchRunning, v1alpha1.DispatchSucceeded:
 		if d.Status.Phase != v1alpha1.DispatchSubmitted {
@@ -87,6 +90,28 @@ func (r *Reconciler) syncCheckState(ctx context.Context, s *state) error {
 		return r.requeue(ctx, s, fmt.Sprintf("remote work on %s ended %s before it was accepted: %s", where, d.Status.Phase, d.Status.Message))
 	}
 	return nil
+}
+
+// answerDue reports whether the live Dispatch's agent may still answer
+// within one retry while the check is as Kueue made it (Pending, no
+// message): its answer sets the check Ready, so saying "waiting for its
+// agent" first would be one more Workload write a job for no reader. The
+// pass one retry later says it if the agent has not answered (the
+// Dispatched event already names the target). A check with a message
+// (waiting for room, an earlier attempt's) is corrected at once.
+func (r *Reconciler) answerDue(s *state) bool {
+	return checkUntouched(s) && r.clock.Since(s.live.CreationTimestamp.Time) < r.opts.RetryAfter
+}
+
+// checkUntouched reports whether trainyard's check is as Kueue made it:
+// Pending, with no message.
+func checkUntouched(s *state) bool {
+	for _, c := range s.wl.Status.AdmissionChecks {
+		if c.Name == s.check {
+			return c.State == kueue.CheckStatePending && c.Message == ""
+		}
+	}
+	return false
 }
 
 // accepted reports whether d's own record says its remote work was made:

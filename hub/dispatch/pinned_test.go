@@ -110,3 +110,46 @@ func TestUnpinnedJobIsNeverDispatched(t *testing.T) {
 		})
 	}
 }
+
+// TestDispatchLeavesAnUntouchedCheckToTheAgent: a job sent to run now
+// leaves a check as Kueue made it (Pending, no message) for the agent's
+// answer to set Ready, one Workload write a job fewer; a check that says
+// something else (the job waited for room) is corrected at once. The
+// Workload has had attempt 1 (hubState), so this is attempt 2.
+func TestDispatchLeavesAnUntouchedCheckToTheAgent(t *testing.T) {
+	cases := map[string]struct {
+		before, want string
+	}{
+		"as Kueue made it":   {before: "", want: ""},
+		"waiting for room":   {before: WaitingPrefix + "no target has room", want: "dispatched to target gpu-a (attempt 2), waiting for its agent"},
+		"an earlier message": {before: "before", want: "dispatched to target gpu-a (attempt 2), waiting for its agent"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			objs := append(hubState{check: kueue.CheckStatePending}.objects(), tyt.MakeClusterTrainingRuntime("torch-distributed").Obj())
+			for _, o := range objs {
+				if wl, ok := o.(*kueue.Workload); ok {
+					wl.Spec.PodSets = []kueue.PodSet{*kueuetesting.MakePodSet("node", 1).Obj()}
+					wl.Status.AdmissionChecks[0].Message = tc.before
+				}
+			}
+			c, _ := statusClient(t, pinTrainJob(t, objs)...)
+			r := NewReconciler(c, c, record.NewFakeRecorder(10), clocktesting.NewFakeClock(t0), Options{})
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "team-a", Name: "wl"}}); err != nil {
+				t.Fatal(err)
+			}
+			var dispatches v1alpha1.DispatchList
+			if err := c.List(ctx, &dispatches); err != nil {
+				t.Fatal(err)
+			}
+			var wl kueue.Workload
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "wl"}, &wl); err != nil {
+				t.Fatal(err)
+			}
+			if st := wl.Status.AdmissionChecks[0]; len(dispatches.Items) != 1 || st.State != kueue.CheckStatePending || st.Message != tc.want {
+				t.Errorf("%d Dispatches, check %s %q; want 1, Pending %q", len(dispatches.Items), st.State, st.Message, tc.want)
+			}
+		})
+	}
+}

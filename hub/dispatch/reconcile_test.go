@@ -27,6 +27,7 @@ import (
 // attempt 1 to Target "gpu-a" (agent namespace "agents").
 type hubState struct {
 	check     kueue.CheckState // the check's state on the Workload; "" for none
+	untouched bool             // the check as Kueue made it: no message
 	acDeleted bool             // the AdmissionCheck object is gone
 	admitted  bool
 	evicted   bool
@@ -69,6 +70,12 @@ func liveOn(phase v1alpha1.DispatchPhase, reason, msg string, remote bool) *tyt.
 	return w
 }
 
+func createdAt(w *tyt.DispatchWrapper, at time.Time) *v1alpha1.Dispatch {
+	d := w.Obj()
+	d.CreationTimestamp = metav1.NewTime(at)
+	return d
+}
+
 func deleting(w *tyt.DispatchWrapper) *v1alpha1.Dispatch {
 	return w.Finalizers(v1alpha1.RemoteCleanupFinalizer).DeletionTimestamp(t0).Obj()
 }
@@ -82,7 +89,11 @@ func (h hubState) objects() []client.Object {
 		ReserveQuotaAt(kueuetesting.MakeAdmission("cq").PodSets(
 			kueuetesting.MakePodSetAssignment("node").Flavor(gpu, "h100").Obj()).Obj(), t0)
 	if h.check != "" {
-		wl.AdmissionCheck(kueue.AdmissionCheckState{Name: "trainyard", State: h.check, Message: "before",
+		msg := "before"
+		if h.untouched {
+			msg = ""
+		}
+		wl.AdmissionCheck(kueue.AdmissionCheckState{Name: "trainyard", State: h.check, Message: msg,
 			LastTransitionTime: metav1.NewTime(t0)})
 	}
 	if h.admitted {
@@ -202,6 +213,18 @@ func TestOutcomeFromTheDispatchRecord(t *testing.T) {
 	}{
 		"waiting for the agent": {
 			h:    hubState{check: kueue.CheckStatePending, dispatch: liveOn(v1alpha1.DispatchPending, "", "", false).Obj()},
+			want: outcome{Check: kueue.CheckStatePending, CheckMsg: "dispatched to " + where + ", waiting for its agent", Finalizer: true, TargetHeld: true},
+		},
+		"waiting for the agent for less than a retry, the check as Kueue made it: left to the agent's answer": {
+			h:    hubState{check: kueue.CheckStatePending, untouched: true, dispatch: createdAt(liveOn(v1alpha1.DispatchPending, "", "", false), t0.Add(time.Minute-time.Second))},
+			want: outcome{Check: kueue.CheckStatePending, Finalizer: true, TargetHeld: true},
+		},
+		"waiting for the agent for a retry, the check as Kueue made it": {
+			h:    hubState{check: kueue.CheckStatePending, untouched: true, dispatch: createdAt(liveOn(v1alpha1.DispatchPending, "", "", false), t0.Add(time.Minute-DefaultRetryAfter))},
+			want: outcome{Check: kueue.CheckStatePending, CheckMsg: "dispatched to " + where + ", waiting for its agent", Finalizer: true, TargetHeld: true},
+		},
+		"waiting for the agent for less than a retry, the check says something else": {
+			h:    hubState{check: kueue.CheckStatePending, dispatch: createdAt(liveOn(v1alpha1.DispatchPending, "", "", false), t0.Add(time.Minute-time.Second))},
 			want: outcome{Check: kueue.CheckStatePending, CheckMsg: "dispatched to " + where + ", waiting for its agent", Finalizer: true, TargetHeld: true},
 		},
 		"running: Ready": {

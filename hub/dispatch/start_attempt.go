@@ -92,8 +92,13 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	if decision.Queued {
 		msg = fmt.Sprintf("dispatched to target %s (attempt %d) to wait in its own queue: no target had room now", decision.Target, attempt)
 	}
-	if err := r.setCheck(ctx, s, kueue.CheckStatePending, msg); err != nil {
-		return ctrl.Result{}, err
+	// A job sent to run now leaves a check as Kueue made it to the agent's
+	// answer (answerDue); one sent to wait in a target's queue may wait
+	// long, and says so.
+	if decision.Queued || !checkUntouched(s) {
+		if err := r.setCheck(ctx, s, kueue.CheckStatePending, msg); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	r.recorder.Eventf(wl, corev1.EventTypeNormal, EventDispatched, "Dispatched to target %s as %s/%s (attempt %d)",
 		decision.Target, d.Namespace, d.Name, attempt)
