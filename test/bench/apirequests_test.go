@@ -9,10 +9,14 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 )
 
 // apiRequests counts a kube-apiserver's requests by verb and resource
@@ -195,6 +199,70 @@ func (m *apiMeter) done() (apiRequests, error) {
 		return nil, err
 	}
 	return now.since(m.before), nil
+}
+
+// background are the writes a hub makes by the clock, not by the jobs:
+// leader leases and the agents' Target heartbeats. They count in a
+// round's cost but do not say whether its jobs' writes are done.
+var background = map[string]bool{"PUT leases": true, "PUT targets/status": true, "PATCH targets/status": true, "APPLY targets/status": true}
+
+// settleQuiet is how long the hub's job writes must stand still before a
+// round's count is read.
+const settleQuiet = 5 * time.Second
+
+// settle waits until the jobs' writes to the hub api meters have stopped:
+// admitted counts the round's jobs Kueue has admitted, which must reach
+// n, and then the writes but background must stand still for
+// settleQuiet. A round timed to the last remote arrival ends before the
+// writes that follow it (the check going Ready, Kueue admitting and
+// unsuspending the job, its status on the hub), and those are part of
+// what a job costs: without this a side's count says how late in the
+// job's life the remote object is made, not what the job cost.
+func settle(b *testing.B, api *apiMeter, admitted func() (int, error), n int) {
+	b.Helper()
+	waitFor(b, "jobs admitted on the hub", admitted, n)
+	jobWrites := func() float64 {
+		now, err := readAPIRequests(context.Background(), api.cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var w float64
+		for k, v := range now {
+			if isWrite(k) && !background[k] {
+				w += v
+			}
+		}
+		return w
+	}
+	last, still := jobWrites(), time.Now()
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		if w := jobWrites(); w != last {
+			last, still = w, time.Now()
+			continue
+		}
+		if time.Since(still) >= settleQuiet {
+			return
+		}
+	}
+	b.Fatalf("the hub's job writes did not stand still for %s within 3 minutes", settleQuiet)
+}
+
+// admittedWorkloads counts the Workloads in namespace ns that Kueue admitted.
+func admittedWorkloads(c client.Reader, ns string) func() (int, error) {
+	return func() (int, error) {
+		var list kueue.WorkloadList
+		if err := c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, wl := range list.Items {
+			if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
+				n++
+			}
+		}
+		return n, nil
+	}
 }
 
 // hubRequests is what api counted, failing the bench when it could not.

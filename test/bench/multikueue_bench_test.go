@@ -144,6 +144,7 @@ func multiKueueRound(b *testing.B, n int) result {
 	})
 	a.waitArrived(b, "MultiKueue", n, sideBySideTimeout, append([]*kube.Cluster{fleet.Hub}, fleet.Spokes...)...)
 	r := a.result()
+	settle(b, api, admittedWorkloads(c, sideBySideNS), n)
 	r.cpu = cpu.cell(n)
 	r.hubAPI = hubRequests(b, api)
 	return r

@@ -57,6 +57,7 @@ func trainyardWideRound(b *testing.B, n int) (result, []string) {
 	})
 	a.waitArrived(b, "trainyard", n, sideBySideTimeout, append([]*kube.Cluster{fleet.Hub}, fleet.Spokes...)...)
 	r := a.result()
+	settle(b, api, admittedWorkloads(fleet.Hub.Client, sideBySideNS), n)
 	r.cpu = cpu.cell(n)
 	r.hubAPI = hubRequests(b, api)
 	return r, before.cells()
