@@ -51,7 +51,9 @@ type KubernetesOptions struct {
 	// Spoke is where jobs run.
 	Spoke                  *rest.Config
 	MetricsAddr, ProbeAddr string
-	LeaderElect            bool
+	// PprofAddr serves Go's /debug/pprof; empty or "0" serves none.
+	PprofAddr   string
+	LeaderElect bool
 	// Election is where the replicas elect their leader (nil: the hub).
 	Election Election
 	QPS      float32
@@ -106,7 +108,7 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 		return nil, err
 	}
 	ns := t.Spec.Agent.Namespace
-	mgr, err := newAgentManager(hubCfg, t, managerOptions{metricsAddr: o.MetricsAddr, probeAddr: o.ProbeAddr, leaderElect: o.LeaderElect,
+	mgr, err := newAgentManager(hubCfg, t, managerOptions{metricsAddr: o.MetricsAddr, probeAddr: o.ProbeAddr, pprofAddr: o.PprofAddr, leaderElect: o.LeaderElect,
 		skipNameValidation: o.SkipNameValidation, leaseDuration: o.Agent.LeaseDuration, election: o.Election})
 	if err != nil {
 		return nil, err
@@ -219,8 +221,8 @@ func readTarget(ctx context.Context, hub client.Reader, name string, typ v1alpha
 }
 
 type managerOptions struct {
-	metricsAddr, probeAddr          string
-	leaderElect, skipNameValidation bool
+	metricsAddr, probeAddr, pprofAddr string
+	leaderElect, skipNameValidation   bool
 	// leaseDuration is the agent's lease on the hub (Options.LeaseDuration).
 	leaseDuration time.Duration
 	election      Election
@@ -295,6 +297,7 @@ func newAgentManager(hubCfg *rest.Config, t *v1alpha1.Target, o managerOptions) 
 		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&v1alpha1.Target{}, &corev1.Secret{}}}},
 		Metrics:                 metricsserver.Options{BindAddress: orOff(o.metricsAddr)},
 		HealthProbeBindAddress:  orOff(o.probeAddr),
+		PprofBindAddress:        orOff(o.pprofAddr),
 		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "trainyard-agent-" + t.Name,
 		LeaderElectionNamespace: electionNS,

@@ -30,7 +30,9 @@ const DefaultSlurmPollInterval = 2 * time.Second
 type SlurmOptions struct {
 	Target                 string
 	MetricsAddr, ProbeAddr string
-	LeaderElect            bool
+	// PprofAddr serves Go's /debug/pprof; empty or "0" serves none.
+	PprofAddr   string
+	LeaderElect bool
 	// Election is where the replicas elect their leader (nil: the hub).
 	Election Election
 	QPS      float32
@@ -81,7 +83,7 @@ func NewSlurmAgent(ctx context.Context, hubCfg *rest.Config, o SlurmOptions) (ct
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := newAgentManager(hubCfg, t, managerOptions{metricsAddr: o.MetricsAddr, probeAddr: o.ProbeAddr, leaderElect: o.LeaderElect,
+	mgr, err := newAgentManager(hubCfg, t, managerOptions{metricsAddr: o.MetricsAddr, probeAddr: o.ProbeAddr, pprofAddr: o.PprofAddr, leaderElect: o.LeaderElect,
 		skipNameValidation: o.SkipNameValidation, leaseDuration: o.Agent.LeaseDuration, election: o.Election})
 	if err != nil {
 		return nil, err

@@ -23,7 +23,7 @@ import (
 type flags struct {
 	target, backend, hubKubeconfig, spokeKubeconfig string
 	spokeTenantRole                                 string
-	metricsAddr, probeAddr                          string
+	metricsAddr, probeAddr, pprofAddr               string
 	leaderElect                                     bool
 	qps                                             float64
 	burst                                           int
@@ -51,6 +51,8 @@ func main() {
 	flag.StringVar(&f.spokeTenantRole, "spoke-tenant-role", "", "spoke ClusterRole the agent binds to itself in each tenant namespace it makes (kubernetes backend; empty: its own RBAC covers them)")
 	flag.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint (0 disables)")
 	flag.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.StringVar(&f.pprofAddr, "pprof-bind-address", "0",
+		"address of Go's /debug/pprof profiles (0 disables; they show memory contents, so bind it to localhost)")
 	flag.BoolVar(&f.leaderElect, "leader-elect", true, "elect one active agent among replicas")
 	flag.Float64Var(&f.qps, "kube-api-qps", spoke.DefaultQPS, "queries per second to each API server")
 	flag.IntVar(&f.burst, "kube-api-burst", spoke.DefaultBurst, "burst of queries to each API server")
@@ -114,13 +116,13 @@ func run(f flags) error {
 			return fmt.Errorf("spoke kubeconfig: %w", err)
 		}
 		mgr, err = spoke.NewKubernetesAgent(ctx, hubCfg, spoke.KubernetesOptions{
-			Target: f.target, Spoke: spokeCfg, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
+			Target: f.target, Spoke: spokeCfg, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr, PprofAddr: f.pprofAddr,
 			LeaderElect: f.leaderElect, Election: election, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
 			TenantRole: f.spokeTenantRole, Status: kubeStatusOf(f),
 		})
 	case "slurm":
 		mgr, err = spoke.NewSlurmAgent(ctx, hubCfg, spoke.SlurmOptions{
-			Target: f.target, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr,
+			Target: f.target, MetricsAddr: f.metricsAddr, ProbeAddr: f.probeAddr, PprofAddr: f.pprofAddr,
 			LeaderElect: f.leaderElect, Election: election, QPS: float32(f.qps), Burst: f.burst, Agent: agent,
 			ServiceUser: f.slurmServiceUser, PollInterval: f.slurmPoll, OutputRoot: f.slurmOutputRoot,
 			Status: statusEndpointOf(f), StatusPod: f.statusPod,

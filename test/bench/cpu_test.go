@@ -31,7 +31,9 @@ const clockTicks = 100
 
 // cpuMeter measures the CPU time a round used, per group, from /proc.
 type cpuMeter struct {
-	pids  map[string][]int
+	pids map[string][]int
+	// parts are trainyard's processes one by one, printed within its group.
+	parts []string
 	start map[string]float64
 	t0    time.Time
 }
@@ -45,6 +47,8 @@ func newCPUMeter(fleet *kube.Fleet, trainyard ...*procs.Process) *cpuMeter {
 		m.pids = map[string][]int{groupBench: {os.Getpid()}}
 		for _, p := range trainyard {
 			m.pids[groupTrainyardProcs] = append(m.pids[groupTrainyardProcs], p.Pid())
+			m.pids[p.Name] = append(m.pids[p.Name], p.Pid())
+			m.parts = append(m.parts, p.Name)
 		}
 	}
 	m.pids[groupHub] = clusterPids(fleet.Hub)
@@ -74,9 +78,18 @@ func (m *cpuMeter) cell(jobs int) string {
 	for _, g := range []string{groupHub, groupTrainyard, groupTrainyardProcs, groupBench, groupSpokes} {
 		used := now[g] - m.start[g]
 		total += used
-		if used > 0 {
-			parts = append(parts, fmt.Sprintf("%s %.3f", g, used/float64(jobs)))
+		if used <= 0 {
+			continue
 		}
+		part := fmt.Sprintf("%s %.3f", g, used/float64(jobs))
+		if g == groupTrainyardProcs && len(m.parts) > 1 {
+			var each []string
+			for _, p := range m.parts {
+				each = append(each, fmt.Sprintf("%s %.3f", p, (now[p]-m.start[p])/float64(jobs)))
+			}
+			part += " (" + strings.Join(each, ", ") + ")"
+		}
+		parts = append(parts, part)
 	}
 	return fmt.Sprintf("%s (%.1f cores busy)", strings.Join(parts, " · "), total/wall)
 }

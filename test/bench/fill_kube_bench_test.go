@@ -28,6 +28,10 @@ import (
 // before it finishes (cmd/trainyard/sandbox/fleet/kwok-stages.yaml).
 const runForAnnotation = "kwok.trainyard.dev/run-for"
 
+// fillProfile is how much of the TrainJob round the CPU profiles of
+// trainyard's processes cover, from its first create.
+const fillProfile = 90 * time.Second
+
 // BenchmarkFillKubernetes is BenchmarkFill on a Kubernetes spoke: a
 // backlog of n one-GPU jobs whose pods run a fixed time
 // (TRAINYARD_BENCH_FILL_JOBS, default 200; TRAINYARD_BENCH_FILL_SECONDS,
@@ -93,12 +97,15 @@ func BenchmarkFillKubernetes(b *testing.B) {
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		st.watch(watchCtx, b, fleet)
 		api, cpu, before := startAPIMeter(fleet.Hub.Config), newCPUMeter(fleet, trainyardProcs...), rec.last().cost
+		// Where trainyard's CPU goes: go tool pprof -top <file>.
+		profiled := hub.profileAll(ctx, b, dir, "fill", fillProfile)
 		ty := kubeFillRound(b, clock, slots, n, func(j int, r createRecorder) error {
 			tj := tytesting.MakeTrainJob(fmt.Sprintf("fty-%d-%d", i, j), sideBySideNS).Queue("lq").
 				RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(1).Obj()
 			return createTimed(ctx, fleet.Hub.Client, tj, r)
 		})
 		after, lasts := rec.last().cost, st.lasts()
+		profiled()
 		stopWatch()
 		waitQueueDrained(b, fleet.Hub)
 		costs, reqs := cpu.cell(n), hubRequests(b, api)

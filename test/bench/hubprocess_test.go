@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,8 @@ type hubProcess struct {
 	url string
 	// pprof is the base URL of the process's /debug/pprof endpoints.
 	pprof string
+	// agentsPprof is each agent process's, by process name.
+	agentsPprof map[string]string
 
 	mu      sync.Mutex
 	samples []sample
@@ -234,17 +237,35 @@ func costCells(before, after hubCost) []string {
 // (go tool pprof -top path). wait returns once it is saved (or ctx ended)
 // and logs what went wrong, from the benchmark's goroutine.
 func (h *hubProcess) profile(ctx context.Context, b *testing.B, path string, d time.Duration) (wait func()) {
-	failed := make(chan error, 1)
-	go func() { failed <- h.saveProfile(ctx, path, d) }()
+	return profileOf(ctx, b, h.pprof, path, d)
+}
+
+// profileAll saves a CPU profile of the next d of the hub's and each
+// agent's work to dir/<process>-<label>.pprof, as profile does.
+func (h *hubProcess) profileAll(ctx context.Context, b *testing.B, dir, label string, d time.Duration) (wait func()) {
+	waits := []func(){h.profile(ctx, b, filepath.Join(dir, "hub-"+label+".pprof"), d)}
+	for name, url := range h.agentsPprof {
+		waits = append(waits, profileOf(ctx, b, url, filepath.Join(dir, name+"-"+label+".pprof"), d))
+	}
 	return func() {
-		if err := <-failed; err != nil {
-			b.Logf("hub profile %s: %v", path, err)
+		for _, w := range waits {
+			w()
 		}
 	}
 }
 
-func (h *hubProcess) saveProfile(ctx context.Context, path string, d time.Duration) error {
-	url := fmt.Sprintf("%s/profile?seconds=%d", h.pprof, int(d.Seconds()))
+func profileOf(ctx context.Context, b *testing.B, pprof, path string, d time.Duration) (wait func()) {
+	failed := make(chan error, 1)
+	go func() { failed <- saveProfile(ctx, pprof, path, d) }()
+	return func() {
+		if err := <-failed; err != nil {
+			b.Logf("profile %s: %v", path, err)
+		}
+	}
+}
+
+func saveProfile(ctx context.Context, pprof, path string, d time.Duration) error {
+	url := fmt.Sprintf("%s/profile?seconds=%d", pprof, int(d.Seconds()))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

@@ -153,13 +153,21 @@ func startControllerProcs(ctx context.Context, b *testing.B, fleet *kube.Fleet, 
 			"--health-probe-bind-address=0", "--webhook-host="+h.WebhookHost, "--webhook-port="+strconv.Itoa(h.WebhookPort),
 			"--webhook-cert-dir="+h.WebhookCertDir)}
 	all = []*procs.Process{hp.Process}
+	hp.agentsPprof = map[string]string{}
 	for _, s := range fleet.Spokes {
 		if err := procs.WriteKubeconfig(kc("agent-"+s.Name), reg.AgentConfigs[s.Name]); err != nil {
 			b.Fatal(err)
 		}
+		port, err := sandboxfleet.FreePort()
+		if err != nil {
+			b.Fatal(err)
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		hp.agentsPprof["agent-"+s.Name] = "http://" + addr + "/debug/pprof"
 		all = append(all, procs.New("agent-"+s.Name, bins["trainyard-agent"], filepath.Join(dir, "agent-"+s.Name+".log"),
 			"--target="+s.Name, "--backend=kubernetes", "--hub-kubeconfig="+kc("agent-"+s.Name),
-			"--spoke-kubeconfig="+s.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0"))
+			"--spoke-kubeconfig="+s.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
+			"--pprof-bind-address="+addr))
 	}
 	stop = func() {
 		for _, p := range all {
