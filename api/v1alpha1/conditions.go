@@ -2,10 +2,14 @@ package v1alpha1
 
 // Condition types and reasons set by trainyard's controllers and agents. Every
 // reason a controller, an agent or a backend writes is an exported constant
-// here, so the troubleshooting guide can list them all. (The types of the
-// conditions the hub adds to a TrainJob beside Trainer's, Created and
-// Running, are hub/dispatch's ConditionCreated and ConditionRunning.)
+// here, so the troubleshooting guide can list them all.
 const (
+	// TrainJobCreated and TrainJobRunning are the conditions the hub adds
+	// to a TrainJob beside Trainer's Complete and Failed: where the remote
+	// work is before it ends.
+	TrainJobCreated = "Created"
+	TrainJobRunning = "Running"
+
 	// TargetAvailable is True while the agent's lease is fresh (renewed
 	// within the lease duration, judged on the hub's clock) and it reaches
 	// its backend. The hub requeues a target's Dispatches elsewhere only with

@@ -131,7 +131,7 @@ func TestRelayProgressAppliesOnlyTrainerStatus(t *testing.T) {
 	}
 	want := []appliedShape{
 		{Owner: FieldOwner, Force: true, Keys: []string{"apiVersion", "kind", "metadata", "status"},
-			StatusKeys: []string{"conditions", "jobsStatus"}, Conditions: []string{ConditionCreated, ConditionRunning}, Jobs: []string{"node"}},
+			StatusKeys: []string{"conditions", "jobsStatus"}, Conditions: []string{v1alpha1.TrainJobCreated, v1alpha1.TrainJobRunning}, Jobs: []string{"node"}},
 		{Owner: ProgressFieldOwner, Force: true, Keys: []string{"apiVersion", "kind", "metadata", "status"}, StatusKeys: []string{"trainerStatus"}},
 	}
 	if diff := cmp.Diff(want, shapes); diff != "" {
@@ -160,7 +160,7 @@ func TestRelayProgressAppliesOnlyTrainerStatus(t *testing.T) {
 	if ptr.Deref(got.Status.TrainerStatus.ProgressPercentage, 0) != 20 {
 		t.Errorf("trainerStatus = %+v, want 20%%", got.Status.TrainerStatus)
 	}
-	if diff := cmp.Diff([]string{ConditionCreated, ConditionRunning}, conditionTypes(got.Status.Conditions)); diff != "" {
+	if diff := cmp.Diff([]string{v1alpha1.TrainJobCreated, v1alpha1.TrainJobRunning}, conditionTypes(got.Status.Conditions)); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)
 	}
 }

@@ -19,17 +19,11 @@ import (
 	"github.com/trainyard-dev/trainyard/internal/text"
 )
 
-// TrainJob condition types trainyard adds beside Trainer's Complete/Failed.
-const (
-	ConditionCreated = "Created"
-	ConditionRunning = "Running"
-)
-
 // FieldOwner is the field manager the hub writes TrainJob status as.
 const FieldOwner = "trainyard-hub"
 
 // ownedConditions are the TrainJob condition types the hub writes.
-var ownedConditions = []string{ConditionCreated, ConditionRunning, trainer.TrainJobComplete, trainer.TrainJobFailed}
+var ownedConditions = []string{v1alpha1.TrainJobCreated, v1alpha1.TrainJobRunning, trainer.TrainJobComplete, trainer.TrainJobFailed}
 
 // applyTrainJobStatus writes the TrainJob status fields trainyard owns by
 // server-side apply on the status subresource, as FieldOwner: jobsStatus and
@@ -100,16 +94,16 @@ func (r *Reconciler) mirrorPhase(ctx context.Context, s *state, tj *trainer.Trai
 	// tell a user of the hub where the remote work is before it ends.
 	where := fmt.Sprintf("on target %s (attempt %d)", d.Spec.TargetName, d.Spec.Attempt)
 	if d.Status.Remote != nil {
-		setConditionStatus(tj, ConditionCreated, metav1.ConditionTrue, v1alpha1.ReasonRemoteCreated,
+		setConditionStatus(tj, v1alpha1.TrainJobCreated, metav1.ConditionTrue, v1alpha1.ReasonRemoteCreated,
 			fmt.Sprintf("%s created %s", d.Status.Remote, where))
 	}
 	running := d.Status.Phase == v1alpha1.DispatchRunning
-	if running || apimeta.FindStatusCondition(tj.Status.Conditions, ConditionRunning) != nil {
+	if running || apimeta.FindStatusCondition(tj.Status.Conditions, v1alpha1.TrainJobRunning) != nil {
 		st, reason, msg := metav1.ConditionFalse, d.Status.Reason, fmt.Sprintf("%s %s", d.Status.Phase, where)
 		if running {
 			st, reason, msg = metav1.ConditionTrue, v1alpha1.ReasonRemoteRunning, "running "+where
 		}
-		setConditionStatus(tj, ConditionRunning, st, reason, msg)
+		setConditionStatus(tj, v1alpha1.TrainJobRunning, st, reason, msg)
 	}
 	switch d.Status.Phase {
 	case v1alpha1.DispatchSucceeded:

@@ -228,7 +228,7 @@ func TestMirrorAppliesOnlyOwnedFields(t *testing.T) {
 	tj, c, r, log := mirroredRunning(t)
 	want := []appliedShape{{
 		Owner: FieldOwner, Force: true, Keys: []string{"apiVersion", "kind", "metadata", "status"},
-		StatusKeys: []string{"conditions", "jobsStatus"}, Conditions: []string{ConditionCreated, ConditionRunning}, Jobs: []string{"node"},
+		StatusKeys: []string{"conditions", "jobsStatus"}, Conditions: []string{v1alpha1.TrainJobCreated, v1alpha1.TrainJobRunning}, Jobs: []string{"node"},
 	}}
 	var got []appliedShape
 	for _, a := range *log {
@@ -247,7 +247,7 @@ func TestMirrorAppliesOnlyOwnedFields(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(tj), &after); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"Checkpointed", ConditionCreated, ConditionRunning}, conditionTypes(after.Status.Conditions)); diff != "" {
+	if diff := cmp.Diff([]string{"Checkpointed", v1alpha1.TrainJobCreated, v1alpha1.TrainJobRunning}, conditionTypes(after.Status.Conditions)); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)
 	}
 	if after.Status.TrainerStatus == nil || ptr.Deref(after.Status.TrainerStatus.ProgressPercentage, 0) != 40 {
@@ -283,7 +283,7 @@ func TestEveryApplyCarriesAllOwnedFields(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(tj), &after); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"Checkpointed", ConditionCreated, ConditionRunning}, conditionTypes(after.Status.Conditions)); diff != "" {
+	if diff := cmp.Diff([]string{"Checkpointed", v1alpha1.TrainJobCreated, v1alpha1.TrainJobRunning}, conditionTypes(after.Status.Conditions)); diff != "" {
 		t.Errorf("conditions (-want +got):\n%s", diff)
 	}
 	if len(after.Status.JobsStatus) != 1 || ptr.Deref(after.Status.JobsStatus[0].Active, -1) != 0 || ptr.Deref(after.Status.JobsStatus[0].Ready, -1) != 0 {

@@ -83,7 +83,7 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	copied := tj.Annotations[v1alpha1.AnnotationProgressHistory]
-	if tj.Annotations[v1alpha1.AnnotationPlacement] == string(raw) {
+	if have := tj.Annotations[v1alpha1.AnnotationPlacement]; have == string(raw) || onlyStarted(have, &d) {
 		switch wait := historyCopyDue(copied, d.Status.ProgressHistory, s.Clock.Now()); {
 		case copied == ptr.Deref(history, ""):
 			return ctrl.Result{}, nil
@@ -100,6 +100,31 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, client.IgnoreNotFound(s.Client.Patch(ctx, &tj, client.RawPatch("application/merge-patch+json", patch)))
+}
+
+// onlyStarted reports whether the summary have, as the TrainJob carries
+// it, differs from d's only in that d's job has started: the summary
+// follows where a job is placed and how its attempt ended, and a start is
+// the TrainJob's Running condition, which the hub writes anyway (the CLI
+// reads it there). Following the start too would be one more TrainJob
+// update a job, each of which also costs a dry-run Workload create by
+// Kueue's webhook and a pass of the hub's Kueue TrainJob reconciler.
+func onlyStarted(have string, d *v1alpha1.Dispatch) bool {
+	if have == "" || d.Status.Phase != v1alpha1.DispatchRunning {
+		return false
+	}
+	var old v1alpha1.PlacementSummary
+	if err := json.Unmarshal([]byte(have), &old); err != nil {
+		return false
+	}
+	if old.Phase != v1alpha1.DispatchPending && old.Phase != v1alpha1.DispatchSubmitted {
+		return false
+	}
+	now := Summarize(d)
+	now.Phase, now.Reason, now.Started = old.Phase, old.Reason, old.Started
+	a, errA := json.Marshal(now)
+	b, errB := json.Marshal(old)
+	return errA == nil && errB == nil && string(a) == string(b)
 }
 
 // historyCopyStep paces the TrainJob's copy of a running job's history:

@@ -37,19 +37,31 @@ func TestSummaryOnTheTrainJob(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var tj trainer.TrainJob
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: "llama"}, &tj); err != nil {
-		t.Fatal(err)
-	}
-	var got v1alpha1.PlacementSummary
-	if err := json.Unmarshal([]byte(tj.Annotations[v1alpha1.AnnotationPlacement]), &got); err != nil {
-		t.Fatalf("annotation %q: %v", tj.Annotations[v1alpha1.AnnotationPlacement], err)
-	}
+	got := summaryOf(t, c)
 	want := v1alpha1.PlacementSummary{Target: "spoke-1", Attempt: 2, Phase: v1alpha1.DispatchRunning, Remote: "JobSet spoke-ns/llama-x",
 		Exit: ptr.To[int32](0), PodSets: []v1alpha1.PodSetSummary{{Name: "node", Count: 3, Domains: []string{"r1/n1=2", "r1/n2=1"}}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("summary (-want +got):\n%s", diff)
 	}
+}
+
+// summaryOf reads the summary on the TrainJob llama: its zero value when
+// there is none.
+func summaryOf(t *testing.T, c client.Client) v1alpha1.PlacementSummary {
+	t.Helper()
+	var tj trainer.TrainJob
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: "llama"}, &tj); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.PlacementSummary
+	raw, ok := tj.Annotations[v1alpha1.AnnotationPlacement]
+	if !ok {
+		return got
+	}
+	if err := json.Unmarshal([]byte(raw), &got); err != nil {
+		t.Fatalf("annotation %q: %v", raw, err)
+	}
+	return got
 }
 
 func TestSummaryBoundsDomains(t *testing.T) {
@@ -96,18 +108,50 @@ func TestSummaryWaitsForTheFirstPhases(t *testing.T) {
 			if res.RequeueAfter != tc.wantAfter {
 				t.Errorf("requeue after %v, want %v", res.RequeueAfter, tc.wantAfter)
 			}
-			var tj trainer.TrainJob
-			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: "llama"}, &tj); err != nil {
-				t.Fatal(err)
-			}
-			var got v1alpha1.PlacementSummary
-			if raw, ok := tj.Annotations[v1alpha1.AnnotationPlacement]; ok {
-				if err := json.Unmarshal([]byte(raw), &got); err != nil {
-					t.Fatal(err)
-				}
-			}
+			got := summaryOf(t, c)
 			if got.Phase != tc.wantPhase {
 				t.Errorf("summary phase %q, want %q", got.Phase, tc.wantPhase)
+			}
+		})
+	}
+}
+
+// TestSummaryFollowsPlacementNotStart: the summary is written again when
+// the placement changes (the remote reference becomes known) or the
+// attempt ends, not when the job merely starts: that is the TrainJob's
+// Running condition, and each summary is a TrainJob update.
+func TestSummaryFollowsPlacementNotStart(t *testing.T) {
+	remote := &v1alpha1.RemoteRef{Kind: "JobSet", Namespace: "spoke-ns", Name: "llama-x"}
+	cases := map[string]struct {
+		had       *v1alpha1.RemoteRef    // the remote in the TrainJob's Submitted summary
+		now       v1alpha1.DispatchPhase // the live Dispatch's phase
+		wantPhase v1alpha1.DispatchPhase // the summary's phase after the pass
+	}{
+		"started, where it was":         {had: remote, now: v1alpha1.DispatchRunning, wantPhase: v1alpha1.DispatchSubmitted},
+		"started, its remote now known": {now: v1alpha1.DispatchRunning, wantPhase: v1alpha1.DispatchRunning},
+		"ended":                         {had: remote, now: v1alpha1.DispatchSucceeded, wantPhase: v1alpha1.DispatchSucceeded},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			objs := world()
+			live := objs[3].(*v1alpha1.Dispatch)
+			live.CreationTimestamp = metav1.NewTime(t0)
+			live.Status.Phase, live.Status.Remote = v1alpha1.DispatchSubmitted, tc.had
+			before, err := json.Marshal(Summarize(live))
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs[0].(*trainer.TrainJob).Annotations = map[string]string{v1alpha1.AnnotationPlacement: string(before)}
+			live.Status.Phase, live.Status.Remote = tc.now, remote
+			live.Status.StartTime = &metav1.Time{Time: t0.Add(time.Minute)}
+			c := fake.NewClientBuilder().WithScheme(kube.Scheme()).WithObjects(objs...).Build()
+			s := &Summarizer{Client: c, Clock: clocktesting.NewFakePassiveClock(t0.Add(time.Hour))}
+			if _, err := s.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(live)}); err != nil {
+				t.Fatal(err)
+			}
+			got := summaryOf(t, c)
+			if got.Phase != tc.wantPhase || got.Remote != remote.String() {
+				t.Errorf("summary phase %q, remote %q; want %q, %q", got.Phase, got.Remote, tc.wantPhase, remote.String())
 			}
 		})
 	}

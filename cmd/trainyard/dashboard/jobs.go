@@ -95,14 +95,6 @@ func jobRow(j hubview.JobInfo, now time.Time) JobRow {
 	}
 }
 
-// The TrainJob conditions the hub writes beside Trainer's Complete and
-// Failed (hub/dispatch ConditionCreated, ConditionRunning; not imported to
-// keep the hub's controllers out of the CLI).
-const (
-	conditionCreated = "Created"
-	conditionRunning = "Running"
-)
-
 // onTarget finds the target in the messages the hub writes into a
 // TrainJob's conditions: "... created on target spoke-1 (attempt 2)".
 var onTarget = regexp.MustCompile(`\bon target (\S+) \(attempt \d+\)`)
@@ -114,7 +106,7 @@ func jobTarget(j hubview.JobInfo) string {
 	if j.Target != "" {
 		return j.Target
 	}
-	for _, t := range []string{conditionCreated, conditionRunning, trainer.TrainJobComplete, trainer.TrainJobFailed} {
+	for _, t := range []string{v1alpha1.TrainJobCreated, v1alpha1.TrainJobRunning, trainer.TrainJobComplete, trainer.TrainJobFailed} {
 		if c := apimeta.FindStatusCondition(j.Conditions, t); c != nil {
 			if m := onTarget.FindStringSubmatch(c.Message); m != nil {
 				return m[1]

@@ -10,6 +10,7 @@ import (
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -135,7 +136,7 @@ func DescribeJob(ctx context.Context, c client.Reader, ns, name string) (*Descri
 	tj := s.TrainJob
 	d := s.Describe(trainyardChecks(ctx, c, s.Workload))
 	if hidden {
-		d.DispatchesHidden, d.Summary = true, placementSummary(tj)
+		d.DispatchesHidden, d.Summary = true, withStart(placementSummary(tj), tj)
 		if d.Summary != nil {
 			d.Phase = string(d.Summary.Phase)
 		}
@@ -188,6 +189,26 @@ func placementSummary(tj *trainer.TrainJob) *v1alpha1.PlacementSummary {
 		return nil
 	}
 	return &sum
+}
+
+// withStart is sum with the start of tj's job, which the hub's summary
+// leaves to the TrainJob's Running condition (hub/tenantview writes a
+// summary again only for a new placement or an ended attempt): a summary
+// still Pending or Submitted while that condition is True is Running
+// since the condition's last transition.
+func withStart(sum *v1alpha1.PlacementSummary, tj *trainer.TrainJob) *v1alpha1.PlacementSummary {
+	if sum == nil || (sum.Phase != v1alpha1.DispatchPending && sum.Phase != v1alpha1.DispatchSubmitted) {
+		return sum
+	}
+	running := apimeta.FindStatusCondition(tj.Status.Conditions, v1alpha1.TrainJobRunning)
+	if running == nil || running.Status != metav1.ConditionTrue {
+		return sum
+	}
+	sum.Phase, sum.Reason = v1alpha1.DispatchRunning, ""
+	if sum.Started == nil {
+		sum.Started = running.LastTransitionTime.DeepCopy()
+	}
+	return sum
 }
 
 // Describe builds the Description of a job, without events; trainyard

@@ -19,7 +19,6 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	"github.com/trainyard-dev/trainyard/hub/admissioncheck"
-	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	"github.com/trainyard-dev/trainyard/hub/snapshot"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
@@ -89,8 +88,8 @@ func TestTrainJobRunsAsJobSetOnSpoke(t *testing.T) {
 		g.Expect(apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished)).To(BeTrue())
 	}, util.Timeout, util.Interval).Should(Succeed())
 	g.Expect(tj.Status.JobsStatus).To(ContainElement(HaveField("Name", "node")))
-	g.Expect(apimeta.IsStatusConditionTrue(tj.Status.Conditions, dispatch.ConditionCreated)).To(BeTrue())
-	g.Expect(apimeta.IsStatusConditionTrue(tj.Status.Conditions, dispatch.ConditionRunning)).To(BeFalse())
+	g.Expect(apimeta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.TrainJobCreated)).To(BeTrue())
+	g.Expect(apimeta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.TrainJobRunning)).To(BeFalse())
 
 	ds := dispatchesOf(g, wl)
 	g.Expect(ds).To(HaveLen(1))

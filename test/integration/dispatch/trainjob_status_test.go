@@ -95,7 +95,7 @@ func TestTrainJobStatusKeepsFieldsTrainyardDoesNotKnow(t *testing.T) {
 		g.Expect(apimeta.IsStatusConditionTrue(tj.Status.Conditions, trainer.TrainJobComplete)).To(BeTrue(), "conditions %v", tj.Status.Conditions)
 	}, util.Timeout, util.Interval).Should(Succeed())
 	g.Expect(tj.Status.JobsStatus).To(ContainElement(HaveField("Name", "node")))
-	g.Expect(apimeta.IsStatusConditionTrue(tj.Status.Conditions, dispatch.ConditionCreated)).To(BeTrue())
+	g.Expect(apimeta.IsStatusConditionTrue(tj.Status.Conditions, v1alpha1.TrainJobCreated)).To(BeTrue())
 
 	u := unstructuredTrainJob(g, tj)
 	got, _, _ := unstructured.NestedString(u.Object, "status", futureField)

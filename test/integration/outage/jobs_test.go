@@ -23,7 +23,6 @@ import (
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
-	"github.com/trainyard-dev/trainyard/hub/dispatch"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
@@ -246,7 +245,7 @@ func (j *job) onlyDispatch(g Gomega) v1alpha1.Dispatch {
 func trainJobRunning(g Gomega, tj *trainer.TrainJob, d v1alpha1.Dispatch) {
 	var cur trainer.TrainJob
 	g.Expect(env.fleet.Hub.Client.Get(context.Background(), client.ObjectKeyFromObject(tj), &cur)).To(Succeed())
-	c := apimeta.FindStatusCondition(cur.Status.Conditions, dispatch.ConditionRunning)
+	c := apimeta.FindStatusCondition(cur.Status.Conditions, v1alpha1.TrainJobRunning)
 	g.Expect(c).NotTo(BeNil(), "TrainJob %s conditions %v", tj.Name, cur.Status.Conditions)
 	g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "TrainJob %s Running: %s", tj.Name, c.Message)
 	g.Expect(c.Message).To(HaveSuffix(fmt.Sprintf("on target %s (attempt %d)", d.Spec.TargetName, d.Spec.Attempt)))
