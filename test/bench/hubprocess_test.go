@@ -138,14 +138,14 @@ func (h *hubProcess) peakRSS() float64 {
 
 // waitDispatched waits until the hub has dispatched n jobs, failing if it
 // exits or timeout passes.
-func (h *hubProcess) waitDispatched(b *testing.B, n int, timeout time.Duration) {
+func (h *hubProcess) waitDispatched(b *testing.B, n int, timeout time.Duration, diagnose func() string) {
 	deadline := time.Now().Add(timeout)
 	for int(h.last().dispatched) < n {
 		if !h.Running() {
 			b.Fatalf("the hub exited:\n%s", h.LogTail(3000))
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("hub dispatched %.0f of %d after %s", h.last().dispatched, n, timeout)
+			b.Fatalf("hub dispatched %.0f of %d after %s\n%s", h.last().dispatched, n, timeout, diagnose())
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

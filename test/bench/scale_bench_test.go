@@ -77,7 +77,8 @@ func scaleRound(b *testing.B, nodes, queued int, drain time.Duration) {
 		return createTimed(ctx, fleet.Hub.Client, tj, a)
 	})
 	created := time.Since(t0)
-	rec.waitDispatched(b, slots, 15*time.Minute)
+	diagnose := func() string { return stallDiagnosis(ctx, fleet.Hub, hub) }
+	rec.waitDispatched(b, slots, 15*time.Minute, diagnose)
 	filled := rec.last()
 	defer hub.profile(ctx, b, filepath.Join(dir, "hub-filling.pprof"), time.Minute)()
 	waitQuotaReserved(b, fleet.Hub, total)
@@ -88,7 +89,7 @@ func scaleRound(b *testing.B, nodes, queued int, drain time.Duration) {
 	drainStart := time.Now()
 	done.enable()
 	defer hub.profile(ctx, b, filepath.Join(dir, "hub-draining.pprof"), time.Minute)()
-	rec.waitDispatched(b, total, drain)
+	rec.waitDispatched(b, total, drain, diagnose)
 	rec.stop()
 	windows := rec.windows(t0, slots, scaleWindow, drainStart)
 	scaleRows(scaleReport{total: total, slots: slots, queued: queued, created: created, filled: filled,

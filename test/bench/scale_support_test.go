@@ -3,6 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -241,4 +245,73 @@ func windowCells(what string, w window, base *window) []string {
 		cells[4] = fmt.Sprintf("%.2f", w.rate()/base.rate())
 	}
 	return cells
+}
+
+// stallDiagnosis says where a round's jobs are when the hub stops
+// dispatching: Dispatches by target and phase (and queued), Workloads by
+// trainyard's check state and the start of its message, and the hub's
+// trainyard_ gauges.
+func stallDiagnosis(ctx context.Context, hub *kube.Cluster, h *hubProcess) string {
+	var out strings.Builder
+	var ds v1alpha1.DispatchList
+	if err := hub.Client.List(ctx, &ds); err != nil {
+		fmt.Fprintf(&out, "dispatches: %v\n", err)
+	}
+	byPhase := map[string]int{}
+	for _, d := range ds.Items {
+		k := fmt.Sprintf("%s %s queued=%s deleting=%v", d.Spec.TargetName, d.Status.Phase, d.Annotations[v1alpha1.AnnotationQueued], !d.DeletionTimestamp.IsZero())
+		byPhase[k]++
+	}
+	var wls kueue.WorkloadList
+	if err := hub.Client.List(ctx, &wls, client.InNamespace(sideBySideNS)); err != nil {
+		fmt.Fprintf(&out, "workloads: %v\n", err)
+	}
+	byCheck := map[string]int{}
+	for _, wl := range wls.Items {
+		k := "no check"
+		for _, c := range wl.Status.AdmissionChecks {
+			msg := c.Message
+			if len(msg) > 60 {
+				msg = msg[:60]
+			}
+			k = fmt.Sprintf("%s %q", c.State, msg)
+		}
+		if apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
+			k = "finished"
+		}
+		byCheck[k]++
+	}
+	for _, m := range []map[string]int{byPhase, byCheck} {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&out, "%6d %s\n", m[k], k)
+		}
+	}
+	if metrics, err := metricsText(ctx, h.url); err == nil {
+		for _, line := range strings.Split(metrics, "\n") {
+			if strings.HasPrefix(line, "trainyard_") && !strings.Contains(line, "_bucket") {
+				out.WriteString(line + "\n")
+			}
+		}
+	}
+	return out.String()
+}
+
+// metricsText is the /metrics exposition at url.
+func metricsText(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	return string(raw), err
 }
