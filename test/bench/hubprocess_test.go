@@ -137,15 +137,19 @@ func (h *hubProcess) peakRSS() float64 {
 }
 
 // waitDispatched waits until the hub has dispatched n jobs, failing if it
-// exits or timeout passes.
+// exits or dispatches none for timeout: the deadline moves with progress,
+// so a slower machine takes longer but a stall still fails.
 func (h *hubProcess) waitDispatched(b *testing.B, n int, timeout time.Duration, diagnose func() string) {
-	deadline := time.Now().Add(timeout)
+	deadline, last := time.Now().Add(timeout), h.last().dispatched
 	for int(h.last().dispatched) < n {
+		if now := h.last().dispatched; now > last {
+			deadline, last = time.Now().Add(timeout), now
+		}
 		if !h.Running() {
 			b.Fatalf("the hub exited:\n%s", h.LogTail(3000))
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("hub dispatched %.0f of %d after %s\n%s", h.last().dispatched, n, timeout, diagnose())
+			b.Fatalf("hub dispatched %.0f of %d, none more in %s\n%s", h.last().dispatched, n, timeout, diagnose())
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
