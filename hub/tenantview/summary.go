@@ -38,6 +38,14 @@ type Summarizer struct {
 // the job got to replaces two or three.
 const summaryDelay = 2 * time.Second
 
+// agentAnswerDelay holds back the summary of a Dispatch its agent has not
+// taken up yet (Pending, no remote job): the Workload's Dispatched event
+// already names the target, and on a busy hub the agent's answer comes
+// later than summaryDelay, which made the summary one more TrainJob
+// update a job. One the agent leaves that long is summarized: the owner
+// then sees where it waits.
+const agentAnswerDelay = 30 * time.Second
+
 // SetupWithManager registers the summarizer; it wakes on Dispatches, whose
 // informer the dispatcher keeps anyway.
 func (s *Summarizer) SetupWithManager(mgr ctrl.Manager) error {
@@ -64,8 +72,12 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if owner == nil || owner.Kind != trainer.TrainJobKind {
 		return ctrl.Result{}, nil
 	}
-	if age := s.Clock.Since(d.CreationTimestamp.Time); age < summaryDelay && !d.Status.Phase.IsFinal() {
-		return ctrl.Result{RequeueAfter: summaryDelay - age}, nil
+	delay := summaryDelay
+	if (d.Status.Phase == "" || d.Status.Phase == v1alpha1.DispatchPending) && d.Status.Remote == nil {
+		delay = agentAnswerDelay
+	}
+	if age := s.Clock.Since(d.CreationTimestamp.Time); age < delay && !d.Status.Phase.IsFinal() {
+		return ctrl.Result{RequeueAfter: delay - age}, nil
 	}
 	raw, err := json.Marshal(Summarize(&d))
 	if err != nil {

@@ -79,8 +79,9 @@ func TestSummaryBoundsDomains(t *testing.T) {
 
 // TestSummaryWaitsForTheFirstPhases: a Dispatch younger than summaryDelay
 // that has not ended gets no summary yet (its next phases follow within
-// moments, and each summary is a TrainJob update); one that ended, or is
-// older, gets it at once.
+// moments, and each summary is a TrainJob update); one its agent has not
+// taken up waits agentAnswerDelay; one that ended, or is older, gets it
+// at once.
 func TestSummaryWaitsForTheFirstPhases(t *testing.T) {
 	cases := map[string]struct {
 		age       time.Duration
@@ -88,10 +89,13 @@ func TestSummaryWaitsForTheFirstPhases(t *testing.T) {
 		wantPhase v1alpha1.DispatchPhase // "" for no summary yet
 		wantAfter time.Duration
 	}{
-		"young and pending":   {age: 500 * time.Millisecond, phase: v1alpha1.DispatchPending, wantAfter: summaryDelay - 500*time.Millisecond},
-		"young and running":   {age: time.Second, phase: v1alpha1.DispatchRunning, wantAfter: summaryDelay - time.Second},
-		"young and succeeded": {age: time.Second, phase: v1alpha1.DispatchSucceeded, wantPhase: v1alpha1.DispatchSucceeded},
-		"old and running":     {age: summaryDelay, phase: v1alpha1.DispatchRunning, wantPhase: v1alpha1.DispatchRunning},
+		"young and pending": {age: 500 * time.Millisecond, phase: v1alpha1.DispatchPending, wantAfter: agentAnswerDelay - 500*time.Millisecond},
+		"pending past summaryDelay, not taken up by its agent": {age: summaryDelay, phase: v1alpha1.DispatchPending, wantAfter: agentAnswerDelay - summaryDelay},
+		"pending, left by its agent":                           {age: agentAnswerDelay, phase: v1alpha1.DispatchPending, wantPhase: v1alpha1.DispatchPending},
+		"young and submitted":                                  {age: time.Second, phase: v1alpha1.DispatchSubmitted, wantAfter: summaryDelay - time.Second},
+		"young and running":                                    {age: time.Second, phase: v1alpha1.DispatchRunning, wantAfter: summaryDelay - time.Second},
+		"young and succeeded":                                  {age: time.Second, phase: v1alpha1.DispatchSucceeded, wantPhase: v1alpha1.DispatchSucceeded},
+		"old and running":                                      {age: summaryDelay, phase: v1alpha1.DispatchRunning, wantPhase: v1alpha1.DispatchRunning},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
