@@ -63,6 +63,7 @@ func (h *Heartbeat) Start(ctx context.Context) error {
 // until ctx ends, counting and logging its failures under component. A
 // kick waits MinKickGap first, so a burst of kicks costs one run.
 func every(ctx context.Context, interval time.Duration, kick <-chan struct{}, component string, fn func(context.Context) error) {
+	metrics.DeclareSyncErrors(component)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -133,6 +133,7 @@ type fencedKey struct {
 // replica, elected or not, so that a replica that lost its leader election
 // while cut off still stops the work.
 func (l *Lease) Start(ctx context.Context) error {
+	metrics.DeclareSyncErrors("agent-lease")
 	l.init()
 	if l.Lister == nil {
 		log.FromContext(ctx).Info("the backend cannot list its remote work: this agent cannot stop it when its lease runs out")

@@ -21,6 +21,7 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/internal/health"
+	"github.com/trainyard-dev/trainyard/internal/metrics"
 	"github.com/trainyard-dev/trainyard/spoke/statusapi"
 )
 
@@ -108,6 +109,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	wake := make(chan event.GenericEvent, wakeBuffer)
 	lease.Wake = wake
+	metrics.DeclareSyncErrors("agent-dispatch")
 	r := &DispatchReconciler{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Resync: opts.Resync,
 		Lease: lease, Live: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("trainyard-agent"), Readings: readings,
 		Progress: opts.Progress}

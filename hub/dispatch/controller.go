@@ -239,6 +239,7 @@ func (r *Reconciler) owningTrainJob(ctx context.Context, wl *kueue.Workload) (*t
 // Target changes wake only the Workloads they can affect (watch.go).
 // A second controller drains Targets being deleted (targetDrainer).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	metrics.DeclareSyncErrors("hub-dispatch")
 	if err := IndexDispatches(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}

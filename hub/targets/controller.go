@@ -208,6 +208,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, key client.ObjectKey, want
 // SetupWithManager registers the controller: Targets, and the agents'
 // Leases, which wake their Target.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	metrics.DeclareSyncErrors("hub-targets")
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}

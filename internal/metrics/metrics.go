@@ -93,6 +93,12 @@ func ObserveDecision(target string, start time.Time) {
 // SyncError counts a failed sync of component.
 func SyncError(component string) { SyncErrors.WithLabelValues(component).Inc() }
 
+// DeclareSyncErrors makes component's failed-sync series exist, at 0, from
+// its start: a rate over a series that appears only with the first
+// failure (the alert's) reads nothing until then, and a dashboard cannot
+// tell a healthy component from a missing one.
+func DeclareSyncErrors(component string) { SyncErrors.WithLabelValues(component) }
+
 // ForgetTarget deletes every series of a deleted Target, whatever its other
 // labels. The gauges of state.go are counted from the Targets that exist.
 func ForgetTarget(target string) {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -317,4 +318,42 @@ func TestAgentState(t *testing.T) {
 // TestRegister: every metric registers on a fresh registry without clashing.
 func TestRegister(t *testing.T) {
 	Register(prometheus.NewPedanticRegistry())
+}
+
+// TestDeclareSyncErrors: a component's failed-sync series exists at 0
+// once it is declared, before any failure, and counts from there.
+func TestDeclareSyncErrors(t *testing.T) {
+	const component = "test-declared"
+	series := func() string {
+		var b strings.Builder
+		ch := make(chan prometheus.Metric, 64)
+		SyncErrors.Collect(ch)
+		close(ch)
+		for m := range ch {
+			b.WriteString(m.Desc().String())
+			var pb dto.Metric
+			if err := m.Write(&pb); err == nil {
+				for _, l := range pb.GetLabel() {
+					b.WriteString(" " + l.GetName() + "=" + l.GetValue())
+				}
+			}
+			b.WriteString("\n")
+		}
+		return b.String()
+	}
+	if strings.Contains(series(), "component="+component) {
+		t.Fatalf("series of %s before it was declared", component)
+	}
+	DeclareSyncErrors(component)
+	if !strings.Contains(series(), "component="+component) {
+		t.Fatalf("no series of %s once declared", component)
+	}
+	if got := testutil.ToFloat64(SyncErrors.WithLabelValues(component)); got != 0 {
+		t.Errorf("declared series = %v, want 0", got)
+	}
+	SyncError(component)
+	if got := testutil.ToFloat64(SyncErrors.WithLabelValues(component)); got != 1 {
+		t.Errorf("after one failure = %v, want 1", got)
+	}
+	SyncErrors.DeleteLabelValues(component)
 }
