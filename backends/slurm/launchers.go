@@ -22,7 +22,6 @@ const (
 	EnvHostfile      = "TRAINYARD_HOSTFILE"
 	EnvWorkDir       = "TRAINYARD_WORKDIR"
 	EnvRetentionDays = "TRAINYARD_RETENTION_DAYS"
-	TorchMasterPort  = 29500
 	MPIStarterSrun   = "srun"
 	MPIStarterMpirun = "mpirun"
 )
@@ -93,7 +92,9 @@ func ArgvPrelude() string { return argvPrelude }
 const torchEnv = `export PET_NNODES="${SLURM_JOB_NUM_NODES:?}"
 mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:?}"); wait "$!"
 export PET_MASTER_ADDR="${hosts[0]:?}"
-export PET_MASTER_PORT=29500
+# Two jobs may share their first node, so each gets a port of its own
+# (torchrun's default 29500 for both made the second fail to listen).
+export PET_MASTER_PORT="$(( 29500 + ${SLURM_JOB_ID:?} % 1000 ))"
 export PET_NPROC_PER_NODE="${TRAINYARD_NPROC_PER_NODE:-1}"
 `
 

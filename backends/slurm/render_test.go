@@ -391,7 +391,7 @@ func TestLauncherScripts(t *testing.T) {
 		argv0    string
 		wantEnv  []string
 	}{
-		{v1alpha1.LauncherTorchrun, "trainprog", []string{"EVIL=$(touch MARK)", "PET_MASTER_ADDR=n1", "PET_MASTER_PORT=29500", "PET_NNODES=2", "PET_NODE_RANK=0", "PET_NPROC_PER_NODE=4"}},
+		{v1alpha1.LauncherTorchrun, "trainprog", []string{"EVIL=$(touch MARK)", "PET_MASTER_ADDR=n1", "PET_MASTER_PORT=29507", "PET_NNODES=2", "PET_NODE_RANK=0", "PET_NPROC_PER_NODE=4"}},
 		{v1alpha1.LauncherMPI, "trainprog", []string{"EVIL=$(touch MARK)", "TRAINYARD_HOSTFILE=WORK/.trainyard-job.7.XXXXXXXX/hostfile"}},
 		{v1alpha1.LauncherMPI, "mpirun", []string{"EVIL=$(touch MARK)", "TRAINYARD_HOSTFILE=WORK/.trainyard-job.7.XXXXXXXX/hostfile"}},
 		{v1alpha1.LauncherFlux, "trainprog", []string{"EVIL=$(touch MARK)"}},

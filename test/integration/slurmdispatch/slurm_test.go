@@ -162,7 +162,13 @@ func TestTorchJobCompletesOnSlurm(t *testing.T) {
 	trainJobCondition(t, tj, trainer.TrainJobComplete)
 
 	out := output(t, d)
-	lines := regexp.MustCompile(`rank=(\d) nnodes=(\d) nproc=(\d) master=(\S+):29500 user=(\S+) probe='\$\(touch /tmp/pwned\)'`).FindAllStringSubmatch(out, -1)
+	// The rendezvous port is the job's own (two jobs may share a node).
+	id, err := strconv.Atoi(d.Status.Remote.ID)
+	if err != nil {
+		t.Fatalf("Slurm job id %q: %v", d.Status.Remote.ID, err)
+	}
+	port := strconv.Itoa(29500 + id%1000)
+	lines := regexp.MustCompile(`rank=(\d) nnodes=(\d) nproc=(\d) master=(\S+):`+port+` user=(\S+) probe='\$\(touch /tmp/pwned\)'`).FindAllStringSubmatch(out, -1)
 	if len(lines) != 2 {
 		t.Fatalf("want one probe line per node, got:\n%s", out)
 	}
