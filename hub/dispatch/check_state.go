@@ -9,6 +9,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueac "sigs.k8s.io/kueue/pkg/util/admissioncheck"
 	"sigs.k8s.io/kueue/pkg/workload"
 	"sigs.k8s.io/kueue/pkg/workload/patching"
 
@@ -106,12 +107,8 @@ func (r *Reconciler) answerDue(s *state) bool {
 // checkUntouched reports whether trainyard's check is as Kueue made it:
 // Pending, with no message.
 func checkUntouched(s *state) bool {
-	for _, c := range s.wl.Status.AdmissionChecks {
-		if c.Name == s.check {
-			return c.State == kueue.CheckStatePending && c.Message == ""
-		}
-	}
-	return false
+	c := kueueac.FindAdmissionCheck(s.wl.Status.AdmissionChecks, s.check)
+	return c != nil && c.State == kueue.CheckStatePending && c.Message == ""
 }
 
 // accepted reports whether d's own record says its remote work was made:

@@ -141,10 +141,6 @@ func (f *Record) Observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request {
 	slim.Spec.PodSets = d.Spec.PodSets
 	prev, seen := on[key]
 	now, t := f.now(), f.targets[d.Spec.TargetName]
-	var unsettled int32
-	if t != nil {
-		unsettled = f.unsettledLocked(t)
-	}
 	// The booking's time stays with the flight, to time the refill.
 	fl := flight{workload: d.Spec.Workload.UID, gpus: gpus, queued: d.Annotations[v1alpha1.AnnotationQueued] == "true", d: slim, at: prev.at}
 	on[key] = fl
@@ -156,9 +152,12 @@ func (f *Record) Observe(d *v1alpha1.Dispatch, gpus int64) []reconcile.Request {
 	switch {
 	case seen && prev.waitsInQueue() && !fl.waitsInQueue(), started && f.depthLocked(t, now) > depth:
 		return f.wakeForLocked(d.Spec.TargetName)
-	case t != nil && t.QueueDepth() > 0 && f.unsettledLocked(t) < unsettled:
+	case t != nil && t.QueueDepth() > 0 && seen && prev.unsettledOn(t) && !fl.unsettledOn(t):
 		// It settled (the target's last reading counts it, as the record
-		// does): the jobs it kept out of the target's queue may go. A start
+		// does): the jobs it kept out of the target's queue may go. Only
+		// this flight changed, so unsettledLocked fell exactly when it
+		// stopped counting there; asking it alone keeps each watch event
+		// O(1) on a target with thousands in flight. A start
 		// the reading has not counted yet changes nothing; the reading that
 		// counts it wakes them (RecordTarget).
 		return f.wakeForLocked(d.Spec.TargetName)
@@ -225,16 +224,18 @@ func (f *Record) queuedLocked(target string) int32 {
 // settles them (RecordTarget wakes the line then). A Slurm job's
 // allocation is whole: none on another target. The caller holds mu.
 func (f *Record) unsettledLocked(t *v1alpha1.Target) int32 {
-	if t.Spec.Type != v1alpha1.TargetTypeKubernetes {
-		return 0
-	}
 	var n int32
 	for _, fl := range f.byTarget[t.Name] {
-		if !fl.queued && (fl.booked || inFlightOn(fl.d, &t.Status)) {
+		if fl.unsettledOn(t) {
 			n++
 		}
 	}
 	return n
+}
+
+// unsettledOn reports whether unsettledLocked counts fl on t.
+func (fl flight) unsettledOn(t *v1alpha1.Target) bool {
+	return t.Spec.Type == v1alpha1.TargetTypeKubernetes && !fl.queued && (fl.booked || inFlightOn(fl.d, &t.Status))
 }
 
 // bookLocked books a decision's GPUs under the Dispatch's key before it is
