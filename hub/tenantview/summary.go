@@ -9,6 +9,7 @@ import (
 	"time"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -79,7 +80,8 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if age := s.Clock.Since(d.CreationTimestamp.Time); age < delay && !d.Status.Phase.IsFinal() {
 		return ctrl.Result{RequeueAfter: delay - age}, nil
 	}
-	raw, err := json.Marshal(Summarize(&d))
+	sum := Summarize(&d)
+	raw, err := json.Marshal(sum)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -95,7 +97,7 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	copied := tj.Annotations[v1alpha1.AnnotationProgressHistory]
-	if have := tj.Annotations[v1alpha1.AnnotationPlacement]; have == string(raw) || onlyStarted(have, &d) {
+	if have := tj.Annotations[v1alpha1.AnnotationPlacement]; have == string(raw) || onlyStarted(have, sum) {
 		switch wait := historyCopyDue(copied, d.Status.ProgressHistory, s.Clock.Now()); {
 		case copied == ptr.Deref(history, ""):
 			return ctrl.Result{}, nil
@@ -115,14 +117,15 @@ func (s *Summarizer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // onlyStarted reports whether the summary have, as the TrainJob carries
-// it, differs from d's only in that d's job has started: the summary
+// it, differs from now, the live Dispatch's, only in that its job has
+// started: the summary
 // follows where a job is placed and how its attempt ended, and a start is
 // the TrainJob's Running condition, which the hub writes anyway (the CLI
 // reads it there). Following the start too would be one more TrainJob
 // update a job, each of which also costs a dry-run Workload create by
 // Kueue's webhook and a pass of the hub's Kueue TrainJob reconciler.
-func onlyStarted(have string, d *v1alpha1.Dispatch) bool {
-	if have == "" || d.Status.Phase != v1alpha1.DispatchRunning {
+func onlyStarted(have string, now v1alpha1.PlacementSummary) bool {
+	if have == "" || now.Phase != v1alpha1.DispatchRunning {
 		return false
 	}
 	var old v1alpha1.PlacementSummary
@@ -132,11 +135,8 @@ func onlyStarted(have string, d *v1alpha1.Dispatch) bool {
 	if old.Phase != v1alpha1.DispatchPending && old.Phase != v1alpha1.DispatchSubmitted {
 		return false
 	}
-	now := Summarize(d)
 	now.Phase, now.Reason, now.Started = old.Phase, old.Reason, old.Started
-	a, errA := json.Marshal(now)
-	b, errB := json.Marshal(old)
-	return errA == nil && errB == nil && string(a) == string(b)
+	return equality.Semantic.DeepEqual(now, old)
 }
 
 // historyCopyStep paces the TrainJob's copy of a running job's history:
