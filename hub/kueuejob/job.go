@@ -20,6 +20,7 @@ import (
 	"fmt"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
@@ -95,11 +96,14 @@ func (t *TrainJob) PodSets(ctx context.Context, c client.Client) ([]kueue.PodSet
 	return ps, nil
 }
 
-// RunWithPodSetsInfo is Kueue's, run on the pinned view: it writes Kueue's
+// RunWithPodSetsInfo is Kueue's, run on the pinned view. Kueue writes its
 // runtime patch (node selectors, tolerations of the admitted flavors) with
-// an update, which keepUserSpec turns back into an update of the user's
-// spec. The view's changes then come back to t, but for runtimeRef and
-// trainer, which only the view has pinned.
+// an update while the job is still suspended, and its reconciler then
+// patches the job to unsuspend it: two writes. Here the update is held
+// back (deferUpdate) and the view's changes come back to t, but for
+// runtimeRef and trainer, which only the view has pinned, so Kueue's one
+// patch carries both the runtime patch and the unsuspend. Trainer allows
+// a runtime patch to change in the request that unsuspends a job.
 func (t *TrainJob) RunWithPodSetsInfo(ctx context.Context, c client.Client, infos []podset.PodSetInfo) error {
 	view, err := t.pinnedView(ctx, c)
 	if err != nil {
@@ -108,7 +112,7 @@ func (t *TrainJob) RunWithPodSetsInfo(ctx context.Context, c client.Client, info
 	// Kueue's webhook added its patch at creation; trainyard adds it only
 	// now, so the user's spec stays as written until Kueue admits the job.
 	ensureKueuePatch(view)
-	if err := view.RunWithPodSetsInfo(ctx, keepUserSpec(c, t.trainJob()), infos); err != nil {
+	if err := view.RunWithPodSetsInfo(ctx, deferUpdate{Client: c, job: t.UID}, infos); err != nil {
 		return err
 	}
 	t.adopt(view)
@@ -189,28 +193,18 @@ func ensureKueuePatch(t *kueuetrainjob.TrainJob) {
 // errNotTheJob: the pinned view's client was asked to update another object.
 var errNotTheJob = errors.New("the pinned view of a TrainJob updates only that TrainJob")
 
-// userSpecClient is a client for Kueue's code running on the pinned view of
-// user (the same TrainJob): an update of the view sends user's runtimeRef
-// and trainer, which the API server keeps immutable and the view has
-// pinned, and the view is pinned again after.
-type userSpecClient struct {
+// deferUpdate is a client for Kueue's code running on the pinned view of
+// one TrainJob: it reads as c does, but its update of that job is not
+// sent; the caller's patch writes the view's changes.
+type deferUpdate struct {
 	client.Client
-	user *trainer.TrainJob
+	job types.UID
 }
 
-func keepUserSpec(c client.Client, user *trainer.TrainJob) client.Client {
-	return userSpecClient{Client: c, user: user}
-}
-
-// Update updates the view as the user's job.
-func (c userSpecClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	tj, ok := obj.(*trainer.TrainJob)
-	if !ok || tj.UID != c.user.UID {
+// Update sends nothing: the job's changes stay in obj for the caller.
+func (c deferUpdate) Update(_ context.Context, obj client.Object, _ ...client.UpdateOption) error {
+	if tj, ok := obj.(*trainer.TrainJob); !ok || tj.UID != c.job {
 		return errNotTheJob
 	}
-	ref, tr := tj.Spec.RuntimeRef, tj.Spec.Trainer
-	tj.Spec.RuntimeRef, tj.Spec.Trainer = c.user.Spec.RuntimeRef, c.user.Spec.Trainer
-	err := c.Client.Update(ctx, tj, opts...)
-	tj.Spec.RuntimeRef, tj.Spec.Trainer = ref, tr
-	return err
+	return nil
 }

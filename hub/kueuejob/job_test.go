@@ -19,6 +19,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
 	"sigs.k8s.io/kueue/pkg/podset"
+	clientutil "sigs.k8s.io/kueue/pkg/util/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	jobsetbackend "github.com/trainyard-dev/trainyard/backends/jobset"
@@ -172,16 +173,35 @@ func TestPodSetsComputedOncePerGeneration(t *testing.T) {
 // and leaves the runtimeRef and trainer the user wrote.
 func TestRunWithPodSetsInfoKeepsTheUserSpec(t *testing.T) {
 	ctx := context.Background()
-	c := newClient(t)
+	var updates, patches int
+	c := interceptor.NewClient(newClient(t).(client.WithWatch), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			updates++
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			patches++
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
 	tj := pinnedJob(t, c, 2)
 	written := tj.DeepCopy()
 	job := FromObject(tj)
 	info := []podset.PodSetInfo{{Name: "node", NodeSelector: map[string]string{"pool": "a100"}}}
-	if err := job.RunWithPodSetsInfo(ctx, c, info); err != nil {
+	// As Kueue's reconciler starts a job: one patch around RunWithPodSetsInfo.
+	obj := job.Object()
+	if err := clientutil.Patch(ctx, c, obj, func() (bool, error) {
+		return true, job.RunWithPodSetsInfo(ctx, c, info)
+	}); err != nil {
 		t.Fatalf("RunWithPodSetsInfo: %v", err)
 	}
 	if job.IsSuspended() {
 		t.Error("the job is still suspended")
+	}
+	// The runtime patch goes out with the unsuspend, not in an update of
+	// its own.
+	if updates != 0 || patches != 1 {
+		t.Errorf("starting the job wrote %d updates and %d patches, want 0 and 1", updates, patches)
 	}
 	var stored trainer.TrainJob
 	if err := c.Get(ctx, client.ObjectKeyFromObject(tj), &stored); err != nil {
@@ -193,6 +213,9 @@ func TestRunWithPodSetsInfoKeepsTheUserSpec(t *testing.T) {
 		}
 		if diff := cmp.Diff(written.Spec.Trainer, got.Spec.Trainer); diff != "" {
 			t.Errorf("%s trainer (-written +got):\n%s", name, diff)
+		}
+		if ptr.Deref(got.Spec.Suspend, true) {
+			t.Errorf("%s job is suspended", name)
 		}
 		var selector map[string]string
 		for _, p := range got.Spec.RuntimePatches {
