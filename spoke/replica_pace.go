@@ -10,13 +10,13 @@ import (
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
 
-// replicaPace is how often, at most, a change of a Dispatch's replica
+// ReplicaPace is how often, at most, a change of a Dispatch's replica
 // counts alone (pods bound, ready, finished) is written. Each such write
 // is a Dispatch write on the hub and, mirrored into the TrainJob's
 // jobsStatus, a TrainJob write too; most come within seconds of a phase
 // change, which carries the latest counts anyway. A failure count that
 // grows, and every other change, is written at once.
-const replicaPace = 30 * time.Second
+const ReplicaPace = 30 * time.Second
 
 // replicaPacer remembers when the agent last wrote each Dispatch's status.
 type replicaPacer struct {
@@ -25,16 +25,23 @@ type replicaPacer struct {
 }
 
 // hold keeps old's replica counts in status when they are all that
-// changed and the last write of key was less than replicaPace ago. It
+// changed and the last write of key was less than ReplicaPace ago. It
 // returns how long until they may be written (0: not deferred).
 func (p *replicaPacer) hold(key types.NamespacedName, old, status *v1alpha1.DispatchStatus, now time.Time) time.Duration {
 	if !onlyCountsChanged(old, status) {
 		return 0
 	}
+	if noProgress(old.Replicas) && noProgress(status.Replicas) {
+		// Counts that are all zero say nothing none did (a JobSet's
+		// first status, before any pod exists): nothing to write, now
+		// or later.
+		status.Replicas = old.Replicas
+		return 0
+	}
 	p.mu.Lock()
 	last, ok := p.last[key]
 	p.mu.Unlock()
-	wait := replicaPace - now.Sub(last)
+	wait := ReplicaPace - now.Sub(last)
 	if !ok || wait <= 0 {
 		return 0
 	}
@@ -57,6 +64,16 @@ func (p *replicaPacer) forget(key types.NamespacedName) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.last, key)
+}
+
+// noProgress: no replica is active, ready or finished, or none is listed.
+func noProgress(rs []v1alpha1.ReplicaStatus) bool {
+	for _, r := range rs {
+		if r.Active != 0 || r.Ready != 0 || r.Succeeded != 0 || r.Failed != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // onlyCountsChanged reports whether status differs from old in its
