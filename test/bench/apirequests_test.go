@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/trainyard-dev/trainyard/spoke"
 )
 
 // apiRequests counts a kube-apiserver's requests by verb and resource
@@ -207,8 +209,10 @@ func (m *apiMeter) done() (apiRequests, error) {
 var background = map[string]bool{"PUT leases": true, "PUT targets/status": true, "PATCH targets/status": true, "APPLY targets/status": true}
 
 // settleQuiet is how long the hub's job writes must stand still before a
-// round's count is read.
-const settleQuiet = 5 * time.Second
+// round's count is read: longer than an agent holds back a change of
+// replica counts alone (spoke.ReplicaPace), so a write the pacing defers
+// is counted, not cut off by when the round happens to end.
+const settleQuiet = spoke.ReplicaPace + 5*time.Second
 
 // settle waits until the jobs' writes to the hub api meters have stopped:
 // admitted counts the round's jobs Kueue has admitted, which must reach
