@@ -149,6 +149,16 @@ type TopologyAssignment struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=1000
 	Domains []TopologyDomainAssignment `json:"domains"`
+
+	// advisory marks the assignment of a pod set that asked for no
+	// topology: the domains are where the hub booked its GPUs until the
+	// target's next capacity reading counts the job, not where its pods
+	// must run, and a backend leaves the target's own scheduler free to
+	// place them. A Slurm job pinned to the node the hub guessed waits for
+	// that node while others free up. Unset: the pods run in these
+	// domains.
+	// +optional
+	Advisory bool `json:"advisory,omitempty"`
 }
 
 // TopologyDomainAssignment is a count of pods placed in one domain.

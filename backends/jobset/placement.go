@@ -47,12 +47,13 @@ func podCount(rj *jobsetv1alpha2.ReplicatedJob) int32 {
 }
 
 // pinToTopology adds required node affinity for the assigned domains: a
-// node must carry every level's value of one of the domains. The pod counts
+// node must carry every level's value of one of the domains. An advisory
+// assignment adds none: the spoke's scheduler places the pods. The pod counts
 // per domain are not enforced: with several domains the scheduler may put
 // more pods in one domain than placement planned. Spreading by count needs
 // per-domain replicated jobs or Kueue-style scheduling gates; later issue.
 func pinToTopology(pod *corev1.PodSpec, t *v1alpha1.TopologyAssignment) error {
-	if t == nil || len(t.Domains) == 0 {
+	if t == nil || len(t.Domains) == 0 || t.Advisory {
 		return nil
 	}
 	terms := make([]corev1.NodeSelectorTerm, 0, len(t.Domains))

@@ -221,6 +221,10 @@ func TestRenderNodeAffinity(t *testing.T) {
 				{Values: []string{"r1"}, Count: 1}, {Values: []string{"r2"}, Count: 1}}},
 			want: required(term(in(rack, "r1")), term(in(rack, "r2"))),
 		},
+		"advisory nodes (no topology asked): no affinity added": {
+			topology: &v1alpha1.TopologyAssignment{Levels: []string{rack, "kubernetes.io/hostname"}, Advisory: true,
+				Domains: []v1alpha1.TopologyDomainAssignment{{Values: []string{"r1", "n1"}, Count: 2}}},
+		},
 		"runtime affinity kept and ANDed": {
 			own: required(gpuNodes),
 			topology: &v1alpha1.TopologyAssignment{Levels: []string{rack}, Domains: []v1alpha1.TopologyDomainAssignment{

@@ -266,9 +266,10 @@ func supportedOnSlurm(spec *trainer.TrainingRuntimeSpec) error {
 }
 
 // assignedNodes are the nodes placement chose for the first pod set, when
-// its assignment goes down to single nodes (the last level is the node).
+// its assignment goes down to single nodes (the last level is the node)
+// and binds (an advisory one leaves slurmctld to pick).
 func assignedNodes(podSets []v1alpha1.PodSetPlacement) []string {
-	if len(podSets) == 0 || podSets[0].Topology == nil || len(podSets[0].Topology.Levels) == 0 {
+	if len(podSets) == 0 || podSets[0].Topology == nil || len(podSets[0].Topology.Levels) == 0 || podSets[0].Topology.Advisory {
 		return nil
 	}
 	ta := podSets[0].Topology

@@ -551,3 +551,36 @@ func FuzzRenderArgvIsData(f *testing.F) {
 		}
 	})
 }
+
+// TestAssignedNodes: a job is pinned to the nodes placement chose only when
+// the assignment goes down to nodes and binds; an advisory one (the job
+// asked for no topology) leaves slurmctld to pick, so a freed slot on any
+// node can take it.
+func TestAssignedNodes(t *testing.T) {
+	nodes := func(advisory bool, levels ...string) []v1alpha1.PodSetPlacement {
+		ta := &v1alpha1.TopologyAssignment{Levels: levels, Advisory: advisory}
+		for _, n := range []string{"n2", "n1"} {
+			values := append(make([]string, 0, len(levels)), "s1")
+			if len(levels) == 2 {
+				values = append(values, n)
+			}
+			ta.Domains = append(ta.Domains, v1alpha1.TopologyDomainAssignment{Values: values, Count: 1})
+		}
+		return []v1alpha1.PodSetPlacement{{Name: "node", Count: 2, Topology: ta}}
+	}
+	for name, tc := range map[string]struct {
+		podSets []v1alpha1.PodSetPlacement
+		want    []string
+	}{
+		"no topology":           {podSets: []v1alpha1.PodSetPlacement{{Name: "node", Count: 2}}},
+		"bound to nodes":        {podSets: nodes(false, "switch", HostnameLevel), want: []string{"n1", "n2"}},
+		"advisory nodes":        {podSets: nodes(true, "switch", HostnameLevel)},
+		"bound above the nodes": {podSets: nodes(false, "switch")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := assignedNodes(tc.podSets); !slices.Equal(got, tc.want) {
+				t.Errorf("assignedNodes = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -61,7 +61,8 @@ type DomainCount struct {
 const maxAssignmentDomains = 1000
 
 // Topology is the assignment as the Dispatch API writes it; nil when the
-// pods may go anywhere on the target. An assignment of more domains than
+// pods may go anywhere on the target, advisory when they may but the hub
+// booked their GPUs on particular nodes. An assignment of more domains than
 // the API holds is widened a level at a time until it fits.
 func (a PodSetAssignment) Topology() *v1alpha1.TopologyAssignment {
 	levels, domains := a.Levels, a.Domains
@@ -71,7 +72,9 @@ func (a PodSetAssignment) Topology() *v1alpha1.TopologyAssignment {
 	if len(domains) == 0 || len(domains) > maxAssignmentDomains {
 		return nil
 	}
-	out := &v1alpha1.TopologyAssignment{Levels: slices.Clone(levels)}
+	// A pod set placed at no level asked for no topology (PodSet.Required
+	// and Preferred empty): its domains are a booking, not a bound.
+	out := &v1alpha1.TopologyAssignment{Levels: slices.Clone(levels), Advisory: a.Level == ""}
 	for _, d := range domains {
 		out.Domains = append(out.Domains, v1alpha1.TopologyDomainAssignment{Values: slices.Clone(d.Values), Count: d.Count})
 	}

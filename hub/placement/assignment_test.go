@@ -75,6 +75,40 @@ func TestDecisionApply(t *testing.T) {
 	}
 }
 
+// TestUnconstrainedAssignmentIsAdvisory: a pod set that asked for no
+// topology gets its nodes written as an advisory assignment (backends leave
+// the remote scheduler to place it), which still books its GPUs; one that
+// asked for a level is bound.
+func TestUnconstrainedAssignmentIsAdvisory(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ps       PodSet
+		advisory bool
+	}{
+		"no topology asked": {ps: podSet(2, 4), advisory: true},
+		"a required rack":   {ps: required(rack, podSet(2, 4))},
+		"a preferred block": {ps: preferred(block, podSet(2, 4))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d, err := Choose(request(tc.ps), []Candidate{cand(racks(target("a"), rk("b1", "r1", 8, 4)))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			placements := []v1alpha1.PodSetPlacement{{Name: "node", Count: 2}}
+			d.Apply(placements)
+			topo := placements[0].Topology
+			if topo == nil {
+				t.Fatal("no topology written")
+			}
+			if topo.Advisory != tc.advisory {
+				t.Errorf("advisory = %v, want %v", topo.Advisory, tc.advisory)
+			}
+			if diff := cmp.Diff(d.Reservations(), ReservationsOf(topo, 4, host)); diff != "" {
+				t.Errorf("the written assignment books other GPUs than the decision (-decision +written):\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestAssignmentTopologyWidens: more domains than the API holds are merged
 // a level up.
 func TestAssignmentTopologyWidens(t *testing.T) {
@@ -84,7 +118,7 @@ func TestAssignmentTopologyWidens(t *testing.T) {
 		a.Domains = append(a.Domains, DomainCount{Values: []string{"b1", r, fmt.Sprintf("%s-n%03d", r, i%100)}, Count: 1})
 	}
 	got := a.Topology()
-	want := &v1alpha1.TopologyAssignment{Levels: []string{block, rack}}
+	want := &v1alpha1.TopologyAssignment{Levels: []string{block, rack}, Advisory: true}
 	for i := range 12 {
 		want.Domains = append(want.Domains, v1alpha1.TopologyDomainAssignment{Values: []string{"b1", fmt.Sprintf("r%02d", i)}, Count: 100})
 	}

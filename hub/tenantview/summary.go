@@ -196,7 +196,7 @@ func Summarize(d *v1alpha1.Dispatch) v1alpha1.PlacementSummary {
 	out.Remote = d.Status.Remote.String()
 	for _, ps := range d.Spec.PodSets {
 		sum := v1alpha1.PodSetSummary{Name: ps.Name, Count: ps.Count}
-		if t := ps.Topology; t != nil {
+		if t := ps.Topology; t != nil && !t.Advisory {
 			for i, dom := range t.Domains {
 				if i == v1alpha1.MaxSummaryDomains {
 					sum.MoreDomains = len(t.Domains) - i

@@ -77,6 +77,18 @@ func TestSummaryBoundsDomains(t *testing.T) {
 	}
 }
 
+// TestSummaryLeavesOutAdvisoryDomains: the nodes the hub booked for a job
+// that asked for no topology are not where it runs (the remote scheduler
+// picks), so the summary names none.
+func TestSummaryLeavesOutAdvisoryDomains(t *testing.T) {
+	d := world()[3].(*v1alpha1.Dispatch)
+	d.Spec.PodSets = []v1alpha1.PodSetPlacement{{Name: "node", Count: 1, Topology: &v1alpha1.TopologyAssignment{
+		Levels: []string{"hostname"}, Advisory: true, Domains: []v1alpha1.TopologyDomainAssignment{{Values: []string{"n1"}, Count: 1}}}}}
+	if diff := cmp.Diff([]v1alpha1.PodSetSummary{{Name: "node", Count: 1}}, Summarize(d).PodSets); diff != "" {
+		t.Errorf("pod sets (-want +got):\n%s", diff)
+	}
+}
+
 // TestSummaryWaitsForTheFirstPhases: a Dispatch younger than summaryDelay
 // that has not ended gets no summary yet (its next phases follow within
 // moments, and each summary is a TrainJob update); one its agent has not
