@@ -79,7 +79,7 @@ func (r *DispatchReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	res, err := r.sync(ctx, &d)
 	if err != nil {
-		metrics.SyncError("agent-dispatch")
+		metrics.SyncError(dispatchComponent)
 	}
 	return res, err
 }
@@ -344,3 +344,7 @@ func (r *DispatchReconciler) cancel(ctx context.Context, d *v1alpha1.Dispatch) (
 	}
 	return ctrl.Result{}, nil
 }
+
+// dispatchComponent names the Dispatch reconciler's failed syncs
+// (trainyard_sync_errors_total), declared at start and counted on failure.
+const dispatchComponent = "agent-dispatch"

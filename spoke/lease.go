@@ -133,7 +133,7 @@ type fencedKey struct {
 // replica, elected or not, so that a replica that lost its leader election
 // while cut off still stops the work.
 func (l *Lease) Start(ctx context.Context) error {
-	metrics.DeclareSyncErrors("agent-lease")
+	metrics.DeclareSyncErrors(leaseComponent)
 	l.init()
 	if l.Lister == nil {
 		log.FromContext(ctx).Info("the backend cannot list its remote work: this agent cannot stop it when its lease runs out")
@@ -158,7 +158,7 @@ func (l *Lease) Start(ctx context.Context) error {
 		}
 		lastFence = l.Clock.Now()
 		if err := l.fence(ctx); err != nil {
-			metrics.SyncError("agent-lease")
+			metrics.SyncError(leaseComponent)
 			log.FromContext(ctx).Error(err, "stopping remote work without a lease")
 		}
 	}
@@ -596,3 +596,7 @@ func (l *Lease) stopWithin() time.Duration {
 }
 
 func ceilSeconds(d time.Duration) int32 { return int32((d + time.Second - 1) / time.Second) }
+
+// leaseComponent names the lease keeper's failed fences
+// (trainyard_sync_errors_total), declared at start and counted on failure.
+const leaseComponent = "agent-lease"

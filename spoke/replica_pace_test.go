@@ -56,7 +56,6 @@ func TestReplicaCountsArePaced(t *testing.T) {
 				old = tc.old
 			}
 			next := tc.next.DeepCopy()
-			next.ObservedAttempt = old.ObservedAttempt
 			if got := p.hold(key, old, next, t0); got != tc.wantWait {
 				t.Errorf("hold = %s, want %s", got, tc.wantWait)
 			}

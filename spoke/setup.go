@@ -109,7 +109,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	wake := make(chan event.GenericEvent, wakeBuffer)
 	lease.Wake = wake
-	metrics.DeclareSyncErrors("agent-dispatch")
+	metrics.DeclareSyncErrors(dispatchComponent)
 	r := &DispatchReconciler{Hub: mgr.GetClient(), Target: opts.Target, Backend: opts.Backend, Clock: opts.Clock, Resync: opts.Resync,
 		Lease: lease, Live: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("trainyard-agent"), Readings: readings,
 		Progress: opts.Progress}

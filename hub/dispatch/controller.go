@@ -123,7 +123,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	res, err := r.sync(ctx, s)
 	noteProgress(req.NamespacedName, s, r.mustTearDown(s))
 	if err != nil {
-		metrics.SyncError("hub-dispatch")
+		metrics.SyncError(syncComponent)
 	}
 	return res, err
 }
@@ -239,7 +239,7 @@ func (r *Reconciler) owningTrainJob(ctx context.Context, wl *kueue.Workload) (*t
 // Target changes wake only the Workloads they can affect (watch.go).
 // A second controller drains Targets being deleted (targetDrainer).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	metrics.DeclareSyncErrors("hub-dispatch")
+	metrics.DeclareSyncErrors(syncComponent)
 	if err := IndexDispatches(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
@@ -263,3 +263,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.Concurrency}).
 		Complete(r)
 }
+
+// syncComponent names this controller's failed syncs
+// (trainyard_sync_errors_total), declared at start and counted on failure.
+const syncComponent = "hub-dispatch"

@@ -85,7 +85,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	v := judge(obs, age, r.Lease, disrupted, blind, policyOf(&t))
 	cond := r.condition(&t, obs, age, v)
 	if err := r.writeStatus(ctx, req.NamespacedName, cond, hubID); err != nil {
-		metrics.SyncError("hub-targets")
+		metrics.SyncError(syncComponent)
 		return ctrl.Result{}, err
 	}
 	metrics.LeaseAge.WithLabelValues(t.Name).Set(age.Seconds())
@@ -208,7 +208,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, key client.ObjectKey, want
 // SetupWithManager registers the controller: Targets, and the agents'
 // Leases, which wake their Target.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	metrics.DeclareSyncErrors("hub-targets")
+	metrics.DeclareSyncErrors(syncComponent)
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
@@ -235,3 +235,7 @@ func targetOfLease(_ context.Context, o client.Object) []reconcile.Request {
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name}}}
 }
+
+// syncComponent names this controller's failed syncs
+// (trainyard_sync_errors_total), declared at start and counted on failure.
+const syncComponent = "hub-targets"
