@@ -80,7 +80,7 @@ func BenchmarkFill(b *testing.B) {
 			return createTrainJob(ctx, fleet.Hub.Client, tytesting.MakeTrainJob(name, "bench").Queue("lq").
 				RuntimeRef(trainer.ClusterTrainingRuntimeKind, "bench").NumNodes(1).GPUsPerNode(1).Command(argv).Obj())
 		})
-		hubCells, loadCell := before.cells(), load.cell()
+		hubCells, loadCell, passes := before.cells(), load.cell(), passesPerJob(before, readHubCost(), n)
 		waitQueueDrained(b, fleet.Hub)
 		costs, reqs := cpu.cell(n), hubRequests(b, api)
 		stop()
@@ -92,7 +92,8 @@ func BenchmarkFill(b *testing.B) {
 		row(append(append(ty.cells(what+": TrainJobs", raw), hubCells...), loadCell, ty.p(0.5), ty.p(0.95),
 			ty.notes()+"; "+pipeline(b, fleet, st, ty))...)
 		b.ReportMetric(reqs.writes(n), "hub-writes/job")
-		costRow("Cost per job: Slurm fill, TrainJobs (trainyard in the bench's process)", n, reqs, costs)
+		costRow("Cost per job: Slurm fill, TrainJobs (trainyard in the bench's process)", n, reqs,
+			costs+"; reconcile passes per job (hub and agent): "+passes)
 	}
 }
 

@@ -128,7 +128,8 @@ func BenchmarkFillKubernetes(b *testing.B) {
 			raw.notes()+"; CPU s/job: "+rawCosts)...)
 		row(append(append(ty.cells(what+": TrainJobs", raw), costCells(before, after)...), "", ty.p(0.5), ty.p(0.95),
 			ty.notes()+"; "+lasts)...)
-		costRow("Cost per job: Kubernetes fill, TrainJobs (trainyard as processes)", n, reqs, costs)
+		costRow("Cost per job: Kubernetes fill, TrainJobs (trainyard as processes)", n, reqs,
+			costs+"; hub reconcile passes per job: "+passesPerJob(before, after, n))
 	}
 }
 

@@ -206,15 +206,6 @@ func (h *hubProcess) costAtLocked(t time.Time) hubCost {
 
 func mib(bytes float64) string { return fmt.Sprintf("%.0f MiB", bytes/(1<<20)) }
 
-// hubCostOf reads the hub's decision and dispatch-reconcile histograms
-// from scraped families, as readHubCost does from this process's registry.
-func hubCostOf(families []*dto.MetricFamily) hubCost {
-	return hubCost{
-		decision:  histogramIn(families, "trainyard_decision_duration_seconds", nil),
-		reconcile: histogramIn(families, "controller_runtime_reconcile_time_seconds", map[string]string{"controller": "trainyard-dispatch"}),
-	}
-}
-
 // histogramIn sums the matching series of a histogram family.
 func histogramIn(families []*dto.MetricFamily, name string, labels map[string]string) hist {
 	var h hist

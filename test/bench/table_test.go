@@ -145,15 +145,72 @@ func (h hist) quantile(q float64) float64 {
 	return lo + (h.bounds[i]-lo)*(rank-float64(below))/float64(in)
 }
 
-// hubCost is the hub's decision and dispatch-reconcile histograms, to be
-// read before and after a round.
-type hubCost struct{ decision, reconcile hist }
+// hubCost is the hub's decision and dispatch-reconcile histograms and
+// its reconcile passes by controller, to be read before and after a round.
+type hubCost struct {
+	decision, reconcile hist
+	passes              map[string]float64
+}
 
 func readHubCost() hubCost {
-	return hubCost{
-		decision:  histogram("trainyard_decision_duration_seconds", nil),
-		reconcile: histogram("controller_runtime_reconcile_time_seconds", map[string]string{"controller": "trainyard-dispatch"}),
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return hubCost{}
 	}
+	return hubCostOf(families)
+}
+
+// hubCostOf reads a hubCost from gathered or scraped families.
+func hubCostOf(families []*dto.MetricFamily) hubCost {
+	return hubCost{
+		decision:  histogramIn(families, "trainyard_decision_duration_seconds", nil),
+		reconcile: histogramIn(families, "controller_runtime_reconcile_time_seconds", map[string]string{"controller": "trainyard-dispatch"}),
+		passes:    byLabel(families, "controller_runtime_reconcile_total", "controller"),
+	}
+}
+
+// byLabel sums a counter family's series by the value of one label.
+func byLabel(families []*dto.MetricFamily, name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// passesPerJob formats the reconcile passes each controller made between
+// before and after, per job, most first: what each write a job makes wakes.
+func passesPerJob(before, after hubCost, n int) string {
+	type pass struct {
+		controller string
+		perJob     float64
+	}
+	var all []pass
+	for c, v := range after.passes {
+		if d := v - before.passes[c]; d > 0 {
+			all = append(all, pass{c, d / float64(n)})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].perJob != all[j].perJob {
+			return all[i].perJob > all[j].perJob
+		}
+		return all[i].controller < all[j].controller
+	})
+	parts := make([]string, 0, len(all))
+	for _, p := range all {
+		parts = append(parts, fmt.Sprintf("%s %.2f", p.controller, p.perJob))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // cells formats what the hub spent between before and now: decision p99
