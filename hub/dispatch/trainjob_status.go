@@ -62,9 +62,12 @@ func trainJobStatusApply(tj *trainer.TrainJob) *trainerac.TrainJobApplyConfigura
 		if !slices.Contains(ownedConditions, c.Type) {
 			continue
 		}
-		st.WithConditions(metav1ac.Condition().WithType(c.Type).WithStatus(c.Status).
-			WithObservedGeneration(c.ObservedGeneration).WithLastTransitionTime(c.LastTransitionTime).
-			WithReason(c.Reason).WithMessage(c.Message))
+		a := metav1ac.Condition().WithType(c.Type).WithStatus(c.Status).
+			WithLastTransitionTime(c.LastTransitionTime).WithReason(c.Reason).WithMessage(c.Message)
+		if c.ObservedGeneration != 0 {
+			a.WithObservedGeneration(c.ObservedGeneration)
+		}
+		st.WithConditions(a)
 	}
 	return trainerac.TrainJob(tj.Name, tj.Namespace).WithUID(tj.UID).WithStatus(st)
 }
@@ -132,8 +135,12 @@ func setConditionStatus(tj *trainer.TrainJob, typ string, st metav1.ConditionSta
 	if reason == "" {
 		reason = typ
 	}
+	// No observedGeneration, as Trainer's own controller sets none: these
+	// conditions follow the remote work, not the spec, and Kueue's
+	// unsuspend bumps the generation, which would cost one more status
+	// write a job with nothing new in it.
 	apimeta.SetStatusCondition(&tj.Status.Conditions, metav1.Condition{
-		Type: typ, Status: st, Reason: reason, Message: text.Truncate(msg, 32768), ObservedGeneration: tj.Generation,
+		Type: typ, Status: st, Reason: reason, Message: text.Truncate(msg, 32768),
 	})
 }
 

@@ -267,6 +267,24 @@ func TestMirrorAppliesOnlyOwnedFields(t *testing.T) {
 	if len(*log) != 0 {
 		t.Errorf("unchanged status written again: %v", *log)
 	}
+
+	// Kueue's unsuspend bumps the generation (the fake client does not, so
+	// the test does); the remote work is as it was, so nothing is written
+	// either.
+	after.Spec.Suspend = ptr.To(false)
+	after.Generation++
+	if err := c.Update(ctx, &after); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(tj), &after); err != nil || after.Generation <= tj.Generation {
+		t.Fatalf("generation after the unsuspend = %d (err %v), want above %d", after.Generation, err, tj.Generation)
+	}
+	if _, err := r.mirrorToTrainJob(ctx, mirrorState(&after, v1alpha1.DispatchRunning)); err != nil {
+		t.Fatalf("mirror after the unsuspend: %v", err)
+	}
+	if len(*log) != 0 {
+		t.Errorf("a new generation alone wrote the status again: %v", *log)
+	}
 }
 
 // TestEveryApplyCarriesAllOwnedFields: a field trainyard-hub leaves out of
