@@ -9,7 +9,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
-	kueueac "sigs.k8s.io/kueue/pkg/util/admissioncheck"
 	"sigs.k8s.io/kueue/pkg/workload"
 	"sigs.k8s.io/kueue/pkg/workload/patching"
 
@@ -69,7 +68,11 @@ func (r *Reconciler) syncCheckState(ctx context.Context, s *state) error {
 		if r.answerDue(s) {
 			return nil
 		}
-		return r.setCheck(ctx, s, kueue.CheckStatePending, "dispatched to "+where+", waiting for its agent")
+		msg := "dispatched to " + where + ", waiting for its agent"
+		if d.Annotations[v1alpha1.AnnotationQueued] == "true" {
+			msg = "dispatched to " + where + " to wait in its own queue (no target had room), waiting for its agent"
+		}
+		return r.setCheck(ctx, s, kueue.CheckStatePending, msg)
 	case v1alpha1.DispatchSubmitted, v1alpha1.DispatchRunning, v1alpha1.DispatchSucceeded:
 		if d.Status.Phase != v1alpha1.DispatchSubmitted {
 			r.observeRunning(s)
@@ -94,21 +97,15 @@ func (r *Reconciler) syncCheckState(ctx context.Context, s *state) error {
 }
 
 // answerDue reports whether the live Dispatch's agent may still answer
-// within one retry while the check is as Kueue made it (Pending, no
-// message): its answer sets the check Ready, so saying "waiting for its
-// agent" first would be one more Workload write a job for no reader. The
-// pass one retry later says it if the agent has not answered (the
-// Dispatched event already names the target). A check with a message
-// (waiting for room, an earlier attempt's) is corrected at once.
+// within one retry: its answer sets the check Ready, so saying "dispatched,
+// waiting for its agent" first would be one or two more Workload writes a
+// job (and an event of Kueue's each) that nobody reads in the second
+// before the answer. Until then the check keeps what it said (as Kueue
+// made it, waiting for room, an earlier attempt's), and the Workload's
+// Dispatched event names the target; the pass one retry later says it if
+// the agent has not answered.
 func (r *Reconciler) answerDue(s *state) bool {
-	return checkUntouched(s) && r.clock.Since(s.live.CreationTimestamp.Time) < r.opts.RetryAfter
-}
-
-// checkUntouched reports whether trainyard's check is as Kueue made it:
-// Pending, with no message.
-func checkUntouched(s *state) bool {
-	c := kueueac.FindAdmissionCheck(s.wl.Status.AdmissionChecks, s.check)
-	return c != nil && c.State == kueue.CheckStatePending && c.Message == ""
+	return r.clock.Since(s.live.CreationTimestamp.Time) < r.opts.RetryAfter
 }
 
 // accepted reports whether d's own record says its remote work was made:

@@ -223,9 +223,15 @@ func TestOutcomeFromTheDispatchRecord(t *testing.T) {
 			h:    hubState{check: kueue.CheckStatePending, untouched: true, dispatch: createdAt(liveOn(v1alpha1.DispatchPending, "", "", false), t0.Add(time.Minute-DefaultRetryAfter))},
 			want: outcome{Check: kueue.CheckStatePending, CheckMsg: "dispatched to " + where + ", waiting for its agent", Finalizer: true, TargetHeld: true},
 		},
-		"waiting for the agent for less than a retry, the check says something else": {
+		"waiting for the agent for less than a retry, the check says something else: left to the agent's answer too": {
 			h:    hubState{check: kueue.CheckStatePending, dispatch: createdAt(liveOn(v1alpha1.DispatchPending, "", "", false), t0.Add(time.Minute-time.Second))},
-			want: outcome{Check: kueue.CheckStatePending, CheckMsg: "dispatched to " + where + ", waiting for its agent", Finalizer: true, TargetHeld: true},
+			want: outcome{Check: kueue.CheckStatePending, CheckMsg: "before", Finalizer: true, TargetHeld: true},
+		},
+		"sent to wait in the target's queue, waiting for the agent for a retry": {
+			h: hubState{check: kueue.CheckStatePending, dispatch: createdAt(liveOn(v1alpha1.DispatchPending, "", "", false).
+				Annotation(v1alpha1.AnnotationQueued, "true"), t0.Add(time.Minute-DefaultRetryAfter))},
+			want: outcome{Check: kueue.CheckStatePending, CheckMsg: "dispatched to " + where + " to wait in its own queue (no target had room), waiting for its agent",
+				Finalizer: true, TargetHeld: true},
 		},
 		"running: Ready": {
 			h:    hubState{check: kueue.CheckStatePending, dispatch: liveOn(v1alpha1.DispatchRunning, v1alpha1.ReasonRemoteRunning, "", true).Obj()},

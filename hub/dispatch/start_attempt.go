@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -88,18 +87,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, s *state) (ctrl.Result, e
 	}
 	decision := b.decision
 	metrics.Dispatched(decision.Target, metrics.ResultDispatched)
-	msg := fmt.Sprintf("dispatched to target %s (attempt %d), waiting for its agent", decision.Target, attempt)
-	if decision.Queued {
-		msg = fmt.Sprintf("dispatched to target %s (attempt %d) to wait in its own queue: no target had room now", decision.Target, attempt)
-	}
-	// A job sent to run now leaves a check as Kueue made it to the agent's
-	// answer (answerDue); one sent to wait in a target's queue may wait
-	// long, and says so.
-	if decision.Queued || !checkUntouched(s) {
-		if err := r.setCheck(ctx, s, kueue.CheckStatePending, msg); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
+	// The check keeps what it says until the agent answers (answerDue).
 	r.recorder.Eventf(wl, corev1.EventTypeNormal, EventDispatched, "Dispatched to target %s as %s/%s (attempt %d)",
 		decision.Target, d.Namespace, d.Name, attempt)
 	return ctrl.Result{RequeueAfter: r.opts.RetryAfter}, nil

@@ -229,6 +229,15 @@ func (w *TargetWrapper) MaxGPUsPerNode(n int64) *TargetWrapper {
 	return w
 }
 
+// Annotation sets one annotation.
+func (w *DispatchWrapper) Annotation(k, v string) *DispatchWrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[k] = v
+	return w
+}
+
 // Finalizers replaces the Dispatch's finalizers.
 func (w *DispatchWrapper) Finalizers(f ...string) *DispatchWrapper {
 	w.ObjectMeta.Finalizers = f
