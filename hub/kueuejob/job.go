@@ -18,9 +18,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/kueue/pkg/controller/jobframework"
@@ -135,8 +137,14 @@ func (t *TrainJob) PodsReady(ctx context.Context, c client.Client) bool {
 	return view.PodsReady(ctx, c)
 }
 
-// ReclaimablePods is Kueue's on the pinned view.
+// ReclaimablePods is Kueue's on the pinned view. Kueue asks on every pass
+// over a job; only succeeded pods are reclaimable, so while none has
+// succeeded there are none, and the view (Trainer's runtime framework run
+// on the pinned copy) is not built for nothing.
 func (t *TrainJob) ReclaimablePods(ctx context.Context, c client.Client) ([]kueue.ReclaimablePod, error) {
+	if !slices.ContainsFunc(t.Status.JobsStatus, func(js trainer.JobStatus) bool { return ptr.Deref(js.Succeeded, 0) > 0 }) {
+		return nil, nil
+	}
 	view, err := t.pinnedView(ctx, c)
 	if err != nil {
 		return nil, err

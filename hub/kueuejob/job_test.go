@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -253,5 +254,45 @@ func TestStopWithoutKueuePatch(t *testing.T) {
 	}
 	if !ptr.Deref(stored.Spec.Suspend, false) {
 		t.Error("the stored job is not suspended")
+	}
+}
+
+// TestReclaimablePods: pods of a replicated job that succeeded are
+// reclaimable, as Kueue counts them on the pinned copy; while none has
+// succeeded there are none, and the pinned copy is not even read (here it
+// is gone, which would be an error).
+func TestReclaimablePods(t *testing.T) {
+	cases := map[string]struct {
+		jobs       []trainer.JobStatus
+		copyIsGone bool
+		want       []kueue.ReclaimablePod
+	}{
+		"no status yet": {copyIsGone: true},
+		"running, none succeeded": {
+			jobs:       []trainer.JobStatus{{Name: "node", Active: ptr.To[int32](1), Succeeded: ptr.To[int32](0)}},
+			copyIsGone: true,
+		},
+		"the node job succeeded": {
+			jobs: []trainer.JobStatus{{Name: "node", Active: ptr.To[int32](0), Succeeded: ptr.To[int32](1)}},
+			want: []kueue.ReclaimablePod{{Name: "node", Count: 2}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := newClient(t)
+			tj := pinnedJob(t, c, 2)
+			if tc.copyIsGone {
+				tj.Annotations[v1alpha1.AnnotationRuntimeSource] = "ClusterTrainingRuntime/gone"
+			}
+			tj.Status.JobsStatus = tc.jobs
+			got, err := FromObject(tj).ReclaimablePods(ctx, c)
+			if err != nil {
+				t.Fatalf("ReclaimablePods: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("reclaimable pods (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
