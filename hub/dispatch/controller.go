@@ -141,14 +141,20 @@ func (r *Reconciler) sync(ctx context.Context, s *state) (ctrl.Result, error) {
 		}
 		return ctrl.Result{}, nil
 	}
+	// One read of the Target for both verdicts: its status lists every
+	// node of the target, and each read from the cache is a deep copy.
+	t, err := readTarget(ctx, r.client, s.live)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	// Finished work's outcome stands: a target lost after its job ended
 	// never runs it again. Only work the agent stopped is requeued.
 	if finished := s.live.Status.Phase.IsFinal() && s.live.Status.Reason != v1alpha1.ReasonAgentFenced; !finished {
-		if lost, why := targetLost(ctx, r.client, s.live); lost {
+		if lost, why := lostOn(t, s.live); lost {
 			return ctrl.Result{}, r.requeue(ctx, s, why)
 		}
 	}
-	if draining, why := r.targetDraining(ctx, s.live.Spec.TargetName); draining {
+	if draining, why := targetDraining(t); draining {
 		return ctrl.Result{}, r.requeue(ctx, s, why)
 	}
 	if err := r.syncCheckState(ctx, s); err != nil {

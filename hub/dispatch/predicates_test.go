@@ -82,3 +82,32 @@ func TestIgnoreTheStartOfAWait(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainerWakesOnDispatchesComingAndGoing: the drainer wakes when a
+// Dispatch is created, deleted or starts to be deleted, not on its status
+// writes.
+func TestDrainerWakesOnDispatchesComingAndGoing(t *testing.T) {
+	base := func() *v1alpha1.Dispatch { return liveOn(v1alpha1.DispatchPending, "", "", false).Obj() }
+	cases := map[string]struct {
+		change func(d *v1alpha1.Dispatch)
+		wake   bool
+	}{
+		"a status write":         {change: func(d *v1alpha1.Dispatch) { d.Status.Phase = v1alpha1.DispatchRunning; d.ResourceVersion = "9" }},
+		"nothing (a resync)":     {change: func(d *v1alpha1.Dispatch) {}},
+		"starts to be deleted":   {change: func(d *v1alpha1.Dispatch) { d.DeletionTimestamp = &metav1.Time{Time: t0} }, wake: true},
+		"a finalizer is dropped": {change: func(d *v1alpha1.Dispatch) { d.Finalizers = nil }},
+	}
+	p := dispatchComesOrGoes()
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			old, cur := base(), base()
+			tc.change(cur)
+			if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != tc.wake {
+				t.Errorf("wakes the drainer: %v, want %v", got, tc.wake)
+			}
+		})
+	}
+	if !p.Create(event.CreateEvent{Object: base()}) || !p.Delete(event.DeleteEvent{Object: base()}) {
+		t.Error("a Dispatch created or deleted does not wake the drainer")
+	}
+}

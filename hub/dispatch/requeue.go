@@ -37,15 +37,29 @@ var awayReasons = []string{
 // Dispatches are requeued, and their RemoteCleanupFinalizer, which only
 // their agent would release, is released by the hub (letGo).
 func targetLost(ctx context.Context, c client.Reader, d *v1alpha1.Dispatch) (bool, string) {
+	t, err := readTarget(ctx, c, d)
+	if err != nil {
+		return false, ""
+	}
+	return lostOn(t, d)
+}
+
+// readTarget reads d's Target: nil when it is gone, and no error then.
+func readTarget(ctx context.Context, c client.Reader, d *v1alpha1.Dispatch) (*v1alpha1.Target, error) {
+	var t v1alpha1.Target
+	if err := c.Get(ctx, client.ObjectKey{Name: d.Spec.TargetName}, &t); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return &t, nil
+}
+
+// lostOn is targetLost's verdict on d's Target t, read already (nil: gone).
+func lostOn(t *v1alpha1.Target, d *v1alpha1.Dispatch) (bool, string) {
 	if d.Status.Reason == v1alpha1.ReasonAgentFenced {
 		return true, fmt.Sprintf("target %s lost its lease and stopped attempt %d", d.Spec.TargetName, d.Spec.Attempt)
 	}
-	var t v1alpha1.Target
-	if err := c.Get(ctx, client.ObjectKey{Name: d.Spec.TargetName}, &t); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return true, fmt.Sprintf("target %s was deleted", d.Spec.TargetName)
-		}
-		return false, ""
+	if t == nil {
+		return true, fmt.Sprintf("target %s was deleted", d.Spec.TargetName)
 	}
 	cond := apimeta.FindStatusCondition(t.Status.Conditions, v1alpha1.TargetAvailable)
 	if cond == nil || cond.Status != metav1.ConditionFalse {

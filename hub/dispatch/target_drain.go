@@ -7,9 +7,12 @@ import (
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -30,13 +33,12 @@ const drainRecheck = 5 * time.Second
 // The drainer adds and removes the finalizer.
 // +kubebuilder:rbac:groups=trainyard.dev,resources=targets,verbs=get;list;watch;update;patch
 
-// targetDraining reports whether the Target named is being deleted.
-func (r *Reconciler) targetDraining(ctx context.Context, name string) (bool, string) {
-	var t v1alpha1.Target
-	if err := r.client.Get(ctx, client.ObjectKey{Name: name}, &t); err != nil || t.DeletionTimestamp.IsZero() {
+// targetDraining reports whether the Target t (nil: gone) is being deleted.
+func targetDraining(t *v1alpha1.Target) (bool, string) {
+	if t == nil || t.DeletionTimestamp.IsZero() {
 		return false, ""
 	}
-	return true, fmt.Sprintf("target %s is being deleted", name)
+	return true, fmt.Sprintf("target %s is being deleted", t.Name)
 }
 
 // holdTarget puts TargetFinalizer on the Target placement chose before a
@@ -136,6 +138,15 @@ func (d *targetDrainer) setup(mgr ctrl.Manager) error {
 				return nil
 			}
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: disp.Spec.TargetName}}}
-		})).
+		}), builder.WithPredicates(dispatchComesOrGoes())).
 		Complete(d)
+}
+
+// dispatchComesOrGoes passes the Dispatch events the drainer acts on: one
+// created, one deleted, and one starting to be deleted. Its status writes
+// (three or more a job) change nothing the drainer reads.
+func dispatchComesOrGoes() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+	}}
 }
