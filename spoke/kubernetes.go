@@ -113,7 +113,10 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	if err != nil {
 		return nil, err
 	}
-	spoke, err := cluster.New(spokeCfg, func(co *cluster.Options) { co.Scheme = SpokeScheme() })
+	spoke, err := cluster.New(spokeCfg, func(co *cluster.Options) {
+		co.Scheme = SpokeScheme()
+		co.Cache.DefaultTransform = cache.TransformStripManagedFields()
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -289,11 +292,14 @@ func newAgentManager(hubCfg *rest.Config, t *v1alpha1.Target, o managerOptions) 
 		leDuration, leRenew = 15*time.Second, 10*time.Second
 	}
 	mgr, err := ctrl.NewManager(hubCfg, ctrl.Options{
-		LeaseDuration:           &leDuration,
-		RenewDeadline:           &leRenew,
-		LeaderElectionConfig:    electionCfg,
-		Scheme:                  HubScheme(),
-		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		LeaseDuration:        &leDuration,
+		RenewDeadline:        &leRenew,
+		LeaderElectionConfig: electionCfg,
+		Scheme:               HubScheme(),
+		// No cached object keeps its managed fields: the agent never reads
+		// them, and a status update without them leaves them as they are.
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}},
+			DefaultTransform: cache.TransformStripManagedFields()},
 		Client:                  client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&v1alpha1.Target{}, &corev1.Secret{}}}},
 		Metrics:                 metricsserver.Options{BindAddress: orOff(o.metricsAddr)},
 		HealthProbeBindAddress:  orOff(o.probeAddr),
