@@ -74,7 +74,11 @@ func BenchmarkFillKubernetes(b *testing.B) {
 		if err != nil {
 			b.Fatalf("reading the hub's metrics: %v", err)
 		}
-		return s.cost
+		c, err := hub.withAgentPasses(ctx, s.cost)
+		if err != nil {
+			b.Fatalf("reading the agents' metrics: %v", err)
+		}
+		return c
 	}
 	clock := watchPods(ctx, b, spoke)
 
@@ -129,7 +133,7 @@ func BenchmarkFillKubernetes(b *testing.B) {
 		row(append(append(ty.cells(what+": TrainJobs", raw), costCells(before, after)...), "", ty.p(0.5), ty.p(0.95),
 			ty.notes()+"; "+lasts)...)
 		costRow("Cost per job: Kubernetes fill, TrainJobs (trainyard as processes)", n, reqs,
-			costs+"; hub reconcile passes per job: "+passesPerJob(before, after, n))
+			costs+"; reconcile passes per job (hub, and agents as agent/controller): "+passesPerJob(before, after, n))
 	}
 }
 

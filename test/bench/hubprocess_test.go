@@ -30,6 +30,8 @@ type hubProcess struct {
 	pprof string
 	// agentsPprof is each agent process's, by process name.
 	agentsPprof map[string]string
+	// agentsMetrics is each agent process's /metrics URL, by process name.
+	agentsMetrics map[string]string
 
 	mu      sync.Mutex
 	samples []sample
@@ -73,23 +75,9 @@ func (h *hubProcess) stop() {
 }
 
 func (h *hubProcess) scrape(ctx context.Context) (sample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.url, nil)
+	all, err := scrapeFamilies(ctx, h.url)
 	if err != nil {
 		return sample{}, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return sample{}, err
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return sample{}, err
-	}
-	var all []*dto.MetricFamily
-	for _, f := range fams {
-		all = append(all, f)
 	}
 	return sample{
 		at:         time.Now(),
@@ -99,6 +87,44 @@ func (h *hubProcess) scrape(ctx context.Context) (sample, error) {
 		reconciles: sum(all, "controller_runtime_reconcile_total", map[string]string{"controller": "trainyard-dispatch"}),
 		cost:       hubCostOf(all),
 	}, nil
+}
+
+// scrapeFamilies reads the metric families a /metrics URL serves.
+func scrapeFamilies(ctx context.Context, url string) ([]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	all := make([]*dto.MetricFamily, 0, len(fams))
+	for _, f := range fams {
+		all = append(all, f)
+	}
+	return all, nil
+}
+
+// withAgentPasses adds each agent's reconcile passes by controller to c,
+// as <agent>/<controller>.
+func (h *hubProcess) withAgentPasses(ctx context.Context, c hubCost) (hubCost, error) {
+	for name, url := range h.agentsMetrics {
+		fams, err := scrapeFamilies(ctx, url)
+		if err != nil {
+			return c, err
+		}
+		for controller, v := range byLabel(fams, "controller_runtime_reconcile_total", "controller") {
+			c.passes[name+"/"+controller] = v
+		}
+	}
+	return c, nil
 }
 
 // sum adds the gauge and counter values of a family's matching series.

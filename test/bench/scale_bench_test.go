@@ -156,7 +156,7 @@ func startControllerProcs(ctx context.Context, b *testing.B, fleet *kube.Fleet, 
 			"--health-probe-bind-address=0", "--webhook-host="+h.WebhookHost, "--webhook-port="+strconv.Itoa(h.WebhookPort),
 			"--webhook-cert-dir="+h.WebhookCertDir)}
 	all = []*procs.Process{hp.Process}
-	hp.agentsPprof = map[string]string{}
+	hp.agentsPprof, hp.agentsMetrics = map[string]string{}, map[string]string{}
 	for _, s := range fleet.Spokes {
 		if err := procs.WriteKubeconfig(kc("agent-"+s.Name), reg.AgentConfigs[s.Name]); err != nil {
 			b.Fatal(err)
@@ -165,11 +165,16 @@ func startControllerProcs(ctx context.Context, b *testing.B, fleet *kube.Fleet, 
 		if err != nil {
 			b.Fatal(err)
 		}
-		addr := "127.0.0.1:" + strconv.Itoa(port)
+		metricsPort, err := sandboxfleet.FreePort()
+		if err != nil {
+			b.Fatal(err)
+		}
+		addr, metricsAddr := "127.0.0.1:"+strconv.Itoa(port), "127.0.0.1:"+strconv.Itoa(metricsPort)
 		hp.agentsPprof["agent-"+s.Name] = "http://" + addr + "/debug/pprof"
+		hp.agentsMetrics["agent-"+s.Name] = "http://" + metricsAddr + "/metrics"
 		all = append(all, procs.New("agent-"+s.Name, bins["trainyard-agent"], filepath.Join(dir, "agent-"+s.Name+".log"),
 			"--target="+s.Name, "--backend=kubernetes", "--hub-kubeconfig="+kc("agent-"+s.Name),
-			"--spoke-kubeconfig="+s.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
+			"--spoke-kubeconfig="+s.Kubeconfig, "--leader-elect=false", "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address=0",
 			"--pprof-bind-address="+addr))
 	}
 	stop = func() {
