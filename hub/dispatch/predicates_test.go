@@ -8,39 +8,28 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 func TestIgnoreOwnAttemptWrites(t *testing.T) {
 	base := func() *kueue.Workload { return reserved().Annotation(v1alpha1.AnnotationAttempt, "1").Obj() }
-	cases := map[string]struct {
-		change func(wl *kueue.Workload)
-		wake   bool
-	}{
-		"only the attempt":               {change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.ResourceVersion = "9" }},
-		"attempt and another annotation": {change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.Annotations["x"] = "y" }, wake: true},
-		"attempt and a status change":    {change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.Status.Conditions = nil }, wake: true},
-		"attempt and a finalizer": {change: func(wl *kueue.Workload) {
+	cases := map[string]tyt.UpdateCase[*kueue.Workload]{
+		"only the attempt":               {Change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.ResourceVersion = "9" }},
+		"attempt and another annotation": {Change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.Annotations["x"] = "y" }, Pass: true},
+		"attempt and a status change":    {Change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.Status.Conditions = nil }, Pass: true},
+		"attempt and a finalizer": {Change: func(wl *kueue.Workload) {
 			wl.Annotations[v1alpha1.AnnotationAttempt] = "2"
 			wl.Finalizers = []string{"f"}
-		}, wake: true},
-		"attempt and deletion": {change: func(wl *kueue.Workload) {
+		}, Pass: true},
+		"attempt and deletion": {Change: func(wl *kueue.Workload) {
 			wl.Annotations[v1alpha1.AnnotationAttempt] = "2"
 			wl.DeletionTimestamp = &metav1.Time{}
-		}, wake: true},
-		"a status change alone":           {change: func(wl *kueue.Workload) { wl.Status.Conditions = nil }, wake: true},
-		"nothing (a resync)":              {change: func(wl *kueue.Workload) {}, wake: true},
-		"attempt and a spec (generation)": {change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.Generation++ }, wake: true},
+		}, Pass: true},
+		"a status change alone":           {Change: func(wl *kueue.Workload) { wl.Status.Conditions = nil }, Pass: true},
+		"nothing (a resync)":              {Change: func(wl *kueue.Workload) {}, Pass: true},
+		"attempt and a spec (generation)": {Change: func(wl *kueue.Workload) { wl.Annotations[v1alpha1.AnnotationAttempt] = "2"; wl.Generation++ }, Pass: true},
 	}
-	p := ignoreOwnAttemptWrites()
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			old, cur := base(), base()
-			tc.change(cur)
-			if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != tc.wake {
-				t.Errorf("wakes the controller: %v, want %v", got, tc.wake)
-			}
-		})
-	}
+	tyt.ExpectUpdates(t, ignoreOwnAttemptWrites(), base, cases)
 }
 
 // TestIgnoreTheStartOfAWait: the write that starts a wait for room wakes
@@ -88,25 +77,14 @@ func TestIgnoreTheStartOfAWait(t *testing.T) {
 // writes.
 func TestDrainerWakesOnDispatchesComingAndGoing(t *testing.T) {
 	base := func() *v1alpha1.Dispatch { return liveOn(v1alpha1.DispatchPending, "", "", false).Obj() }
-	cases := map[string]struct {
-		change func(d *v1alpha1.Dispatch)
-		wake   bool
-	}{
-		"a status write":         {change: func(d *v1alpha1.Dispatch) { d.Status.Phase = v1alpha1.DispatchRunning; d.ResourceVersion = "9" }},
-		"nothing (a resync)":     {change: func(d *v1alpha1.Dispatch) {}},
-		"starts to be deleted":   {change: func(d *v1alpha1.Dispatch) { d.DeletionTimestamp = &metav1.Time{Time: t0} }, wake: true},
-		"a finalizer is dropped": {change: func(d *v1alpha1.Dispatch) { d.Finalizers = nil }},
+	cases := map[string]tyt.UpdateCase[*v1alpha1.Dispatch]{
+		"a status write":         {Change: func(d *v1alpha1.Dispatch) { d.Status.Phase = v1alpha1.DispatchRunning; d.ResourceVersion = "9" }},
+		"nothing (a resync)":     {Change: func(d *v1alpha1.Dispatch) {}},
+		"starts to be deleted":   {Change: func(d *v1alpha1.Dispatch) { d.DeletionTimestamp = &metav1.Time{Time: t0} }, Pass: true},
+		"a finalizer is dropped": {Change: func(d *v1alpha1.Dispatch) { d.Finalizers = nil }},
 	}
 	p := dispatchComesOrGoes()
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			old, cur := base(), base()
-			tc.change(cur)
-			if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != tc.wake {
-				t.Errorf("wakes the drainer: %v, want %v", got, tc.wake)
-			}
-		})
-	}
+	tyt.ExpectUpdates(t, p, base, cases)
 	if !p.Create(event.CreateEvent{Object: base()}) || !p.Delete(event.DeleteEvent{Object: base()}) {
 		t.Error("a Dispatch created or deleted does not wake the drainer")
 	}

@@ -9,7 +9,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+	tyt "github.com/trainyard-dev/trainyard/internal/testing"
 )
 
 // TestKueueSkipsTenantViewWrites: Kueue's job reconciler does not wake on
@@ -17,7 +17,7 @@ import (
 // history, and wakes on any other change beside or instead of them.
 func TestKueueSkipsTenantViewWrites(t *testing.T) {
 	base := func() *trainer.TrainJob {
-		tj := tytesting.MakeTrainJob("train", ns).Queue("q").Obj()
+		tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
 		tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeHash: "sha256:1", v1alpha1.AnnotationPlacement: `{"phase":"Submitted"}`}
 		tj.Generation, tj.ResourceVersion = 2, "7"
 		return tj
@@ -26,39 +26,28 @@ func TestKueueSkipsTenantViewWrites(t *testing.T) {
 		tj.Annotations[v1alpha1.AnnotationPlacement] = `{"phase":"Succeeded"}`
 		tj.ResourceVersion = "8"
 	}
-	cases := map[string]struct {
-		change func(tj *trainer.TrainJob)
-		wake   bool
-	}{
-		"the summary":          {change: summary},
-		"the progress history": {change: func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationProgressHistory] = "[]" }},
-		"nothing (a resync)":   {change: func(tj *trainer.TrainJob) {}, wake: true},
-		"the summary and the status": {change: func(tj *trainer.TrainJob) {
+	cases := map[string]tyt.UpdateCase[*trainer.TrainJob]{
+		"the summary":          {Change: summary},
+		"the progress history": {Change: func(tj *trainer.TrainJob) { tj.Annotations[v1alpha1.AnnotationProgressHistory] = "[]" }},
+		"nothing (a resync)":   {Change: func(tj *trainer.TrainJob) {}, Pass: true},
+		"the summary and the status": {Change: func(tj *trainer.TrainJob) {
 			summary(tj)
 			tj.Status.Conditions = []metav1.Condition{{Type: trainer.TrainJobComplete, Status: metav1.ConditionTrue}}
-		}, wake: true},
-		"the summary and the spec": {change: func(tj *trainer.TrainJob) { summary(tj); tj.Generation++ }, wake: true},
-		"the summary and another annotation": {change: func(tj *trainer.TrainJob) {
+		}, Pass: true},
+		"the summary and the spec": {Change: func(tj *trainer.TrainJob) { summary(tj); tj.Generation++ }, Pass: true},
+		"the summary and another annotation": {Change: func(tj *trainer.TrainJob) {
 			summary(tj)
 			tj.Annotations[v1alpha1.AnnotationRuntimeHash] = "sha256:2"
-		}, wake: true},
-		"the summary and a label":     {change: func(tj *trainer.TrainJob) { summary(tj); tj.Labels["x"] = "y" }, wake: true},
-		"the summary and a finalizer": {change: func(tj *trainer.TrainJob) { summary(tj); tj.Finalizers = []string{"f"} }, wake: true},
-		"the summary and deletion": {change: func(tj *trainer.TrainJob) {
+		}, Pass: true},
+		"the summary and a label":     {Change: func(tj *trainer.TrainJob) { summary(tj); tj.Labels["x"] = "y" }, Pass: true},
+		"the summary and a finalizer": {Change: func(tj *trainer.TrainJob) { summary(tj); tj.Finalizers = []string{"f"} }, Pass: true},
+		"the summary and deletion": {Change: func(tj *trainer.TrainJob) {
 			summary(tj)
 			tj.DeletionTimestamp = &metav1.Time{}
-		}, wake: true},
+		}, Pass: true},
 	}
 	p := notOnlyTenantView()
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			old, cur := base(), base()
-			tc.change(cur)
-			if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: cur}); got != tc.wake {
-				t.Errorf("wakes Kueue's reconciler: %v, want %v", got, tc.wake)
-			}
-		})
-	}
+	tyt.ExpectUpdates(t, p, base, cases)
 	wl := &kueue.Workload{}
 	if !p.Update(event.UpdateEvent{ObjectOld: wl, ObjectNew: wl.DeepCopy()}) {
 		t.Error("a Workload update does not wake Kueue's reconciler")
