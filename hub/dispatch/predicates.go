@@ -14,7 +14,9 @@ import (
 )
 
 // ignoreOwnAttemptWrites drops Workload updates that change nothing but
-// the attempt annotation, which only this controller writes. Waking on
+// the attempt annotation, which only this controller writes (with its
+// finalizer, on the first attempt); the Dispatch the pass then creates
+// wakes the next. Waking on
 // them would start the next pass at once, past the rate limiter: when a
 // Dispatch create failed, every pass wrote the annotation again and the
 // Workload looped hot.
@@ -71,10 +73,14 @@ func onlyAttemptChanged(a, b *kueue.Workload) bool {
 		delete(m, v1alpha1.AnnotationAttempt)
 		return m
 	}
+	// The first attempt's write adds trainyard's finalizer too (nextAttempt).
+	otherFinalizers := func(wl *kueue.Workload) []string {
+		return slices.DeleteFunc(slices.Clone(wl.Finalizers), func(f string) bool { return f == v1alpha1.WorkloadFinalizer })
+	}
 	return a.Generation == b.Generation &&
 		equality.Semantic.DeepEqual(a.DeletionTimestamp, b.DeletionTimestamp) &&
 		maps.Equal(a.Labels, b.Labels) && maps.Equal(others(a), others(b)) &&
-		slices.Equal(a.Finalizers, b.Finalizers) &&
+		(!hasFinalizer(a) || hasFinalizer(b)) && slices.Equal(otherFinalizers(a), otherFinalizers(b)) &&
 		equality.Semantic.DeepEqual(a.OwnerReferences, b.OwnerReferences) &&
 		equality.Semantic.DeepEqual(a.Status, b.Status)
 }

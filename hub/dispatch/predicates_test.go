@@ -21,6 +21,17 @@ func TestIgnoreOwnAttemptWrites(t *testing.T) {
 			wl.Annotations[v1alpha1.AnnotationAttempt] = "2"
 			wl.Finalizers = []string{"f"}
 		}, Pass: true},
+		"attempt and trainyard's finalizer": {Change: func(wl *kueue.Workload) {
+			wl.Annotations[v1alpha1.AnnotationAttempt] = "2"
+			wl.Finalizers = append(wl.Finalizers, v1alpha1.WorkloadFinalizer)
+		}},
+		"attempt, trainyard's finalizer and another": {Change: func(wl *kueue.Workload) {
+			wl.Annotations[v1alpha1.AnnotationAttempt] = "2"
+			wl.Finalizers = append(wl.Finalizers, v1alpha1.WorkloadFinalizer, "f")
+		}, Pass: true},
+		"trainyard's finalizer alone": {Change: func(wl *kueue.Workload) {
+			wl.Finalizers = append(wl.Finalizers, v1alpha1.WorkloadFinalizer)
+		}, Pass: true},
 		"attempt and deletion": {Change: func(wl *kueue.Workload) {
 			wl.Annotations[v1alpha1.AnnotationAttempt] = "2"
 			wl.DeletionTimestamp = &metav1.Time{}

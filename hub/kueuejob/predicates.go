@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 )
@@ -19,23 +20,84 @@ import (
 // job reconciler reads none of them.
 var tenantViewAnnotations = []string{v1alpha1.AnnotationPlacement, v1alpha1.AnnotationProgressHistory}
 
-// skipTenantViewWrites is a ReconcilerSetup: Kueue's job reconciler does
-// not wake on a TrainJob update that changes only tenantViewAnnotations.
-// The placement summary is written twice a job or more, and each pass of
-// Kueue's reconciler reads the job's Workloads and pod sets to find
-// nothing to do.
-func skipTenantViewWrites(b *builder.Builder, _ client.Client) *builder.Builder {
-	return b.WithEventFilter(notOnlyTenantView())
+// skipTrainyardWrites is a ReconcilerSetup: Kueue's job reconciler does
+// not wake on a TrainJob update that changes only tenantViewAnnotations,
+// nor on a Workload update that changes only trainyard's bookkeeping on
+// it. Each pass of Kueue's reconciler reads the job's Workloads and pod
+// sets; on those updates it finds nothing to do.
+func skipTrainyardWrites(b *builder.Builder, _ client.Client) *builder.Builder {
+	return b.WithEventFilter(notOnlyTrainyardWrites())
 }
 
-// notOnlyTenantView passes every event but a TrainJob update that changes
-// only tenantViewAnnotations.
-func notOnlyTenantView() predicate.Predicate {
+// notOnlyTrainyardWrites passes every event but a TrainJob update that
+// changes only tenantViewAnnotations and a Workload update that changes
+// only trainyard's bookkeeping (onlyBookkeepingChanged).
+func notOnlyTrainyardWrites() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		oldJob, okOld := e.ObjectOld.(*trainer.TrainJob)
-		newJob, okNew := e.ObjectNew.(*trainer.TrainJob)
-		return !okOld || !okNew || !onlyTenantViewChanged(oldJob, newJob)
+		switch oldObj := e.ObjectOld.(type) {
+		case *trainer.TrainJob:
+			newJob, ok := e.ObjectNew.(*trainer.TrainJob)
+			return !ok || !onlyTenantViewChanged(oldObj, newJob)
+		case *kueue.Workload:
+			newWl, ok := e.ObjectNew.(*kueue.Workload)
+			return !ok || !onlyBookkeepingChanged(oldObj, newWl)
+		}
+		return true
 	}}
+}
+
+// onlyBookkeepingChanged reports whether b differs from a only in what
+// Kueue's job reconciler does not act on: trainyard's attempt annotation
+// and finalizer, and admission check states. A check state alone changes
+// nothing for the job: Kueue's workload controller turns it into the
+// Admitted or Evicted condition or a deactivation, and those updates wake
+// the reconciler. A new message of a Pending check is the exception: the
+// reconciler relays it to the job as an UpdatedAdmissionCheck event.
+func onlyBookkeepingChanged(a, b *kueue.Workload) bool {
+	if equality.Semantic.DeepEqual(a.Status.AdmissionChecks, b.Status.AdmissionChecks) &&
+		a.Annotations[v1alpha1.AnnotationAttempt] == b.Annotations[v1alpha1.AnnotationAttempt] &&
+		slices.Equal(a.Finalizers, b.Finalizers) {
+		return false // none of it changed: a resync, or another change
+	}
+	others := func(wl *kueue.Workload) (map[string]string, []string, kueue.WorkloadStatus) {
+		ann := maps.Clone(wl.Annotations)
+		delete(ann, v1alpha1.AnnotationAttempt)
+		fin := slices.DeleteFunc(slices.Clone(wl.Finalizers), func(f string) bool { return f == v1alpha1.WorkloadFinalizer })
+		st := *wl.Status.DeepCopy()
+		st.AdmissionChecks = nil
+		return ann, fin, st
+	}
+	annA, finA, stA := others(a)
+	annB, finB, stB := others(b)
+	return a.Generation == b.Generation &&
+		equality.Semantic.DeepEqual(a.DeletionTimestamp, b.DeletionTimestamp) &&
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(annA, annB) && slices.Equal(finA, finB) &&
+		equality.Semantic.DeepEqual(a.OwnerReferences, b.OwnerReferences) &&
+		equality.Semantic.DeepEqual(stA, stB) && !newPendingMessage(a, b)
+}
+
+// newPendingMessage reports whether b has a Pending check with a message
+// that a's same check did not have.
+func newPendingMessage(a, b *kueue.Workload) bool {
+	had := pendingMessages(a)
+	for name, msg := range pendingMessages(b) {
+		if had[name] != msg {
+			return true
+		}
+	}
+	return false
+}
+
+// pendingMessages are the messages of a's Pending checks that have one,
+// what Kueue's job reconciler relays to the job.
+func pendingMessages(a *kueue.Workload) map[kueue.AdmissionCheckReference]string {
+	out := map[kueue.AdmissionCheckReference]string{}
+	for _, c := range a.Status.AdmissionChecks {
+		if c.State == kueue.CheckStatePending && c.Message != "" {
+			out[c.Name] = c.Message
+		}
+	}
+	return out
 }
 
 // onlyTenantViewChanged reports whether b differs from a in

@@ -42,7 +42,7 @@ func SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts ...jobframewor
 	// Its writes carry a field manager of their own: the keep-pin webhook
 	// lets only its suspends of admitted jobs through (snapshot.KeepPin).
 	c := client.WithFieldOwner(mgr.GetClient(), snapshot.KueueFieldManager)
-	r, err := jobframework.NewGenericReconcilerFactory(newJobWithCache(newPodSetCache(podSetCacheSize)), skipTenantViewWrites)(ctx, c, mgr.GetFieldIndexer(),
+	r, err := jobframework.NewGenericReconcilerFactory(newJobWithCache(newPodSetCache(podSetCacheSize)), skipTrainyardWrites)(ctx, c, mgr.GetFieldIndexer(),
 		mgr.GetEventRecorder("trainyard-kueue-trainjob"), opts...)
 	if err != nil {
 		return err
