@@ -52,8 +52,8 @@ func onlyStartedWaiting(a, b *kueue.Workload) bool {
 		return false
 	}
 	others := func(wl *kueue.Workload) kueue.WorkloadStatus {
-		st := *wl.Status.DeepCopy()
-		st.AdmissionChecks = slices.DeleteFunc(st.AdmissionChecks, func(c kueue.AdmissionCheckState) bool { return started[c.Name] })
+		st := wl.Status // a shallow copy: only compared; DeleteFunc gets a copy of the checks
+		st.AdmissionChecks = slices.DeleteFunc(slices.Clone(st.AdmissionChecks), func(c kueue.AdmissionCheckState) bool { return started[c.Name] })
 		return st
 	}
 	return a.Generation == b.Generation &&
