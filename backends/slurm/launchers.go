@@ -93,8 +93,16 @@ const torchEnv = `export PET_NNODES="${SLURM_JOB_NUM_NODES:?}"
 mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:?}"); wait "$!"
 export PET_MASTER_ADDR="${hosts[0]:?}"
 # Two jobs may share their first node, so each gets a port of its own
-# (torchrun's default 29500 for both made the second fail to listen).
-export PET_MASTER_PORT="$(( 29500 + ${SLURM_JOB_ID:?} % 1000 ))"
+# (torchrun's default 29500 for both made the second fail to listen): the
+# job's own in 29500-30499, or the next one nothing listens on there (job
+# ids 1000 apart share the first).
+trainyard_port=$(( 29500 + ${SLURM_JOB_ID:?} % 1000 ))
+for (( trainyard_try = 0; trainyard_try < 1000; trainyard_try++ )); do
+  timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "${hosts[0]}" "$trainyard_port" 2>/dev/null || break
+  trainyard_port=$(( 29500 + (trainyard_port - 29499) % 1000 ))
+done
+export PET_MASTER_PORT="$trainyard_port"
+unset trainyard_port trainyard_try
 export PET_NPROC_PER_NODE="${TRAINYARD_NPROC_PER_NODE:-1}"
 `
 

@@ -3,11 +3,13 @@ package slurm
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -582,5 +584,42 @@ func TestAssignedNodes(t *testing.T) {
 				t.Errorf("assignedNodes = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestTorchPortSkipsOneInUse: the rendezvous port is 29500 plus the job id
+// modulo 1000, unless something listens there on the first node (a job
+// whose id is 1000 apart), and then the next free one.
+func TestTorchPortSkipsOneInUse(t *testing.T) {
+	bash := requireBash(t)
+	const id = 4321
+	own := 29500 + id%1000
+	bin := t.TempDir()
+	scontrol := "#!/bin/bash\nprintf '127.0.0.1\\nn2\\n'\n"
+	if err := os.WriteFile(filepath.Join(bin, "scontrol"), []byte(scontrol), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	portOf := func() string {
+		t.Helper()
+		cmd := exec.Command(bash, "-c", "set -euo pipefail\n"+torchEnv+`printf "%s" "$PET_MASTER_PORT"`)
+		cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "SLURM_JOB_ID=" + strconv.Itoa(id), "SLURM_JOB_NUM_NODES=2", "SLURM_JOB_NODELIST=x"}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("torch env: %v", err)
+		}
+		return string(out)
+	}
+	if got := portOf(); got != strconv.Itoa(own) {
+		t.Fatalf("port with nothing listening = %s, want %d", got, own)
+	}
+	for p := own; p <= own+1; p++ {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Skipf("port %d is taken on this machine: %v", p, err)
+		}
+		defer l.Close()
+	}
+	if got := portOf(); got != strconv.Itoa(own+2) {
+		t.Errorf("port with the job's own and the next in use = %s, want %d", got, own+2)
 	}
 }
