@@ -2,6 +2,7 @@ package slurmdispatch
 
 import (
 	"context"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,14 +20,22 @@ import (
 // TestTorchrunAllReduce runs real PyTorch: torchrun, started by trainyard's
 // torchrun launcher on 2 Slurm nodes, rendezvous through the PET_*
 // variables, and a gloo all-reduce whose result both ranks print, read
-// back with `trainyard logs`.
+// back with `trainyard logs`. Every port of the rendezvous range but one
+// is held on the nodes, so whatever its Slurm job id the job finds its own
+// port taken, as a job 1000 ids apart on the same first node would hold
+// it, and must rendezvous on the free one.
 func TestTorchrunAllReduce(t *testing.T) {
+	const free = 30499
+	holdRendezvousPortsBut(t, free)
 	makeRuntime(t, "torch-real-slurm", tytesting.TorchRuntimeSpec(1))
 	tj := trainJob("allreduce", "torch-real-slurm", 2, 1, "torchrun", "--no-python", "python3", "-c", sandbox.AllReduceProgram)
 	// All emulated nodes are one host: gloo must use loopback.
 	tj.Spec.Trainer.Env = []corev1.EnvVar{{Name: "GLOO_SOCKET_IFNAME", Value: "lo"}}
 	tj = submit(t, tj)
 	d := dispatchOf(t, tj, phaseIs(v1alpha1.DispatchSucceeded))
+	if id, _ := strconv.Atoi(d.Status.Remote.ID); 29500+id%1000 == free {
+		t.Logf("Slurm job %d's own port is the free one: the job did not have to skip", id)
+	}
 
 	out, errOut, code := trainyardCLI("logs", tj.Name, "-n", tenant)
 	if code != 0 {
@@ -69,5 +78,26 @@ func TestUpstreamMultiNodeExample(t *testing.T) {
 	g.Expect(world).To(BeNumerically(">=", 3), "3 nodes, at least one rank each")
 	for r := 0; r < world; r++ {
 		g.Expect(out).To(MatchRegexp(`(?m)^RANK: %d$`, r), "rank %d of %d", r, world)
+	}
+}
+
+// holdRendezvousPortsBut listens on every port of the torchrun launcher's
+// rendezvous range (29500-30499) but free, on the address the emulated
+// nodes have (127.0.0.1), until the test ends. One something else holds
+// already is held all the same.
+func holdRendezvousPortsBut(t *testing.T, free int) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(free))
+	if err != nil {
+		t.Skipf("port %d is taken on this machine: %v", free, err)
+	}
+	l.Close()
+	for p := 29500; p <= 30499; p++ {
+		if p == free {
+			continue
+		}
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
+			t.Cleanup(func() { l.Close() })
+		}
 	}
 }
