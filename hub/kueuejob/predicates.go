@@ -6,6 +6,7 @@ import (
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -21,23 +22,23 @@ import (
 var tenantViewAnnotations = []string{v1alpha1.AnnotationPlacement, v1alpha1.AnnotationProgressHistory}
 
 // skipTrainyardWrites is a ReconcilerSetup: Kueue's job reconciler does
-// not wake on a TrainJob update that changes only tenantViewAnnotations,
-// nor on a Workload update that changes only trainyard's bookkeeping on
-// it. Each pass of Kueue's reconciler reads the job's Workloads and pod
+// not wake on a TrainJob update that changes only tenantViewAnnotations or
+// status it does not read, nor on a Workload update that changes only
+// trainyard's bookkeeping on it. Each pass of Kueue's reconciler reads the job's Workloads and pod
 // sets; on those updates it finds nothing to do.
 func skipTrainyardWrites(b *builder.Builder, _ client.Client) *builder.Builder {
 	return b.WithEventFilter(notOnlyTrainyardWrites())
 }
 
 // notOnlyTrainyardWrites passes every event but a TrainJob update that
-// changes only tenantViewAnnotations and a Workload update that changes
-// only trainyard's bookkeeping (onlyBookkeepingChanged).
+// changes nothing Kueue reads (nothingKueueReadsChanged) and a Workload
+// update that changes only trainyard's bookkeeping (onlyBookkeepingChanged).
 func notOnlyTrainyardWrites() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		switch oldObj := e.ObjectOld.(type) {
 		case *trainer.TrainJob:
 			newJob, ok := e.ObjectNew.(*trainer.TrainJob)
-			return !ok || !onlyTenantViewChanged(oldObj, newJob)
+			return !ok || !nothingKueueReadsChanged(oldObj, newJob)
 		case *kueue.Workload:
 			newWl, ok := e.ObjectNew.(*kueue.Workload)
 			return !ok || !onlyBookkeepingChanged(oldObj, newWl)
@@ -100,12 +101,15 @@ func pendingMessages(a *kueue.Workload) map[kueue.AdmissionCheckReference]string
 	return out
 }
 
-// onlyTenantViewChanged reports whether b differs from a in
-// tenantViewAnnotations and nothing else Kueue's reconciler reads: spec
-// (the generation), status, labels, other annotations, finalizers, owners
-// and deletion.
-func onlyTenantViewChanged(a, b *trainer.TrainJob) bool {
-	changed := false
+// nothingKueueReadsChanged reports whether b differs from a only in
+// tenantViewAnnotations or in status Kueue's reconciler does not read, not
+// in anything it reads: spec (the generation), the jobs' status, the
+// Complete and Failed conditions, labels, other annotations, finalizers,
+// owners and deletion. The hub writes the others: the Created and Running
+// conditions Trainer's controller would, and training progress, which a
+// running job reports every 30 s or so for days.
+func nothingKueueReadsChanged(a, b *trainer.TrainJob) bool {
+	changed := !equality.Semantic.DeepEqual(a.Status, b.Status)
 	for _, k := range tenantViewAnnotations {
 		changed = changed || a.Annotations[k] != b.Annotations[k]
 	}
@@ -121,5 +125,16 @@ func onlyTenantViewChanged(a, b *trainer.TrainJob) bool {
 		maps.Equal(a.Labels, b.Labels) && maps.Equal(others(a), others(b)) &&
 		slices.Equal(a.Finalizers, b.Finalizers) &&
 		equality.Semantic.DeepEqual(a.OwnerReferences, b.OwnerReferences) &&
-		equality.Semantic.DeepEqual(a.Status, b.Status)
+		equality.Semantic.DeepEqual(a.Status.JobsStatus, b.Status.JobsStatus) &&
+		sameCondition(a, b, trainer.TrainJobComplete) && sameCondition(a, b, trainer.TrainJobFailed)
+}
+
+// sameCondition reports whether a and b have the same condition typ, as
+// Kueue's TrainJob reads it (Finished): its status and message.
+func sameCondition(a, b *trainer.TrainJob, typ string) bool {
+	ca, cb := apimeta.FindStatusCondition(a.Status.Conditions, typ), apimeta.FindStatusCondition(b.Status.Conditions, typ)
+	if ca == nil || cb == nil {
+		return ca == cb
+	}
+	return ca.Status == cb.Status && ca.Message == cb.Message
 }

@@ -5,6 +5,7 @@ import (
 
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
@@ -12,13 +13,15 @@ import (
 )
 
 // TestKueueSkipsTenantViewWrites: Kueue's job reconciler does not wake on
-// a TrainJob update that only rewrites the placement summary or progress
-// history, and wakes on any other change beside or instead of them.
+// a TrainJob update that only rewrites the placement summary, progress
+// history or status it does not read (conditions other than Complete and
+// Failed, training progress), and wakes on any other change.
 func TestKueueSkipsTenantViewWrites(t *testing.T) {
 	base := func() *trainer.TrainJob {
 		tj := tyt.MakeTrainJob("train", ns).Queue("q").Obj()
 		tj.Annotations = map[string]string{v1alpha1.AnnotationRuntimeHash: "sha256:1", v1alpha1.AnnotationPlacement: `{"phase":"Submitted"}`}
 		tj.Generation, tj.ResourceVersion = 2, "7"
+		tj.Status.Conditions = []metav1.Condition{{Type: trainer.TrainJobComplete, Status: metav1.ConditionFalse}}
 		return tj
 	}
 	summary := func(tj *trainer.TrainJob) {
@@ -32,6 +35,21 @@ func TestKueueSkipsTenantViewWrites(t *testing.T) {
 		"the summary and the status": {Change: func(tj *trainer.TrainJob) {
 			summary(tj)
 			tj.Status.Conditions = []metav1.Condition{{Type: trainer.TrainJobComplete, Status: metav1.ConditionTrue}}
+		}, Pass: true},
+		"the Created condition": {Change: func(tj *trainer.TrainJob) {
+			tj.Status.Conditions = append(tj.Status.Conditions, metav1.Condition{Type: "Created", Status: metav1.ConditionTrue})
+		}},
+		"training progress": {Change: func(tj *trainer.TrainJob) {
+			tj.Status.TrainerStatus = &trainer.TrainerStatus{ProgressPercentage: ptr.To[int32](40)}
+		}},
+		"the jobs' status": {Change: func(tj *trainer.TrainJob) {
+			tj.Status.JobsStatus = []trainer.JobStatus{{Name: "node", Active: ptr.To[int32](1)}}
+		}, Pass: true},
+		"the Failed condition": {Change: func(tj *trainer.TrainJob) {
+			tj.Status.Conditions = []metav1.Condition{{Type: trainer.TrainJobFailed, Status: metav1.ConditionTrue, Message: "x"}}
+		}, Pass: true},
+		"the Complete condition's message": {Change: func(tj *trainer.TrainJob) {
+			tj.Status.Conditions[0].Message = "all done"
 		}, Pass: true},
 		"the summary and the spec": {Change: func(tj *trainer.TrainJob) { summary(tj); tj.Generation++ }, Pass: true},
 		"the summary and another annotation": {Change: func(tj *trainer.TrainJob) {
