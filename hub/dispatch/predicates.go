@@ -15,11 +15,10 @@ import (
 
 // ignoreOwnAttemptWrites drops Workload updates that change nothing but
 // the attempt annotation, which only this controller writes (with its
-// finalizer, on the first attempt); the Dispatch the pass then creates
-// wakes the next. Waking on
-// them would start the next pass at once, past the rate limiter: when a
-// Dispatch create failed, every pass wrote the annotation again and the
-// Workload looped hot.
+// finalizer on the first attempt). The Dispatch that pass creates wakes
+// the next one; waking on the annotation would start it at once, past the
+// rate limiter: when a Dispatch create failed, every pass wrote the
+// annotation again and the Workload looped hot.
 //
 // It also drops the update in which a check of the Workload starts to wait
 // for room (Pending, WaitingPrefix) and nothing else changes: the pass

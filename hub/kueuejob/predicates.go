@@ -24,8 +24,8 @@ var tenantViewAnnotations = []string{v1alpha1.AnnotationPlacement, v1alpha1.Anno
 // skipTrainyardWrites is a ReconcilerSetup: Kueue's job reconciler does
 // not wake on a TrainJob update that changes only tenantViewAnnotations or
 // status it does not read, nor on a Workload update that changes only
-// trainyard's bookkeeping on it. Each pass of Kueue's reconciler reads the job's Workloads and pod
-// sets; on those updates it finds nothing to do.
+// trainyard's bookkeeping on it. Each pass of Kueue's reconciler reads the
+// job's Workloads and pod sets; on those updates it finds nothing to do.
 func skipTrainyardWrites(b *builder.Builder, _ client.Client) *builder.Builder {
 	return b.WithEventFilter(notOnlyTrainyardWrites())
 }
