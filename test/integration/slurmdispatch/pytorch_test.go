@@ -83,8 +83,8 @@ func TestUpstreamMultiNodeExample(t *testing.T) {
 
 // holdRendezvousPortsBut listens on every port of the torchrun launcher's
 // rendezvous range (29500-30499) but free, on the address the emulated
-// nodes have (127.0.0.1), until the test ends. One something else holds
-// already is held all the same.
+// nodes have (127.0.0.1), until the test ends. A port something else
+// already listens on counts as held.
 func holdRendezvousPortsBut(t *testing.T, free int) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(free))
