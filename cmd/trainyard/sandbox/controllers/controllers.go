@@ -228,7 +228,7 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 	}
 	for _, s := range f.Spokes {
 		s := s
-		status, err := o.spokeStatus()
+		status, err := o.spokeStatus(filepath.Join(s.Dir, "trainyard-status"))
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -265,8 +265,10 @@ func Start(ctx context.Context, f *fleet.Fleet, o Options) (*Controllers, error)
 }
 
 // spokeStatus is a spoke agent's status endpoint on a free loopback port,
-// or nil without SpokeStatus.
-func (o Options) spokeStatus() (*spoke.KubeStatus, error) {
+// keeping its CA in dir (the spoke cluster's own folder, so that it goes
+// with the cluster's logs instead of staying in /tmp), or nil without
+// SpokeStatus.
+func (o Options) spokeStatus(dir string) (*spoke.KubeStatus, error) {
 	if !o.SpokeStatus {
 		return nil, nil
 	}
@@ -276,8 +278,7 @@ func (o Options) spokeStatus() (*spoke.KubeStatus, error) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	dir, err := os.MkdirTemp("", "trainyard-status-")
-	if err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	return &spoke.KubeStatus{Listen: addr, Service: StatusService, Namespace: StatusNamespace, Port: StatusPort,
