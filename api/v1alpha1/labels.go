@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -86,6 +88,17 @@ const (
 	// GPUResource is the resource name GPUs are counted by.
 	GPUResource = "nvidia.com/gpu"
 )
+
+// OthersBookkeeping is a hub Workload's annotations and finalizers
+// without trainyard's own bookkeeping on it (the attempt annotation and
+// the Workload finalizer): what the hub's watch filters compare to tell
+// trainyard's writes from everyone else's. The arguments are not changed.
+func OthersBookkeeping(annotations map[string]string, finalizers []string) (map[string]string, []string) {
+	ann := maps.Clone(annotations)
+	delete(ann, AnnotationAttempt)
+	fin := slices.DeleteFunc(slices.Clone(finalizers), func(f string) bool { return f == WorkloadFinalizer })
+	return ann, fin
+}
 
 // labelHashLen is how many hex digits of SHA-256 a shortened label value
 // ends with.

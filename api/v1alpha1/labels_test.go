@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,5 +52,41 @@ func TestLabelValue(t *testing.T) {
 	}
 	if got := LabelValue(workload78); !strings.HasPrefix(got, "trainjob-abbb") {
 		t.Errorf("LabelValue(%q) = %q: want the start of the name kept for people reading it", workload78, got)
+	}
+}
+
+func TestOthersBookkeeping(t *testing.T) {
+	cases := map[string]struct {
+		annotations map[string]string
+		finalizers  []string
+		wantAnn     map[string]string
+		wantFin     []string
+	}{
+		"none of trainyard's": {
+			annotations: map[string]string{"a": "1"}, finalizers: []string{"kueue.x-k8s.io/resource-in-use"},
+			wantAnn: map[string]string{"a": "1"}, wantFin: []string{"kueue.x-k8s.io/resource-in-use"},
+		},
+		"attempt and finalizer left out, the rest kept in order": {
+			annotations: map[string]string{AnnotationAttempt: "3", "a": "1"},
+			finalizers:  []string{"x", WorkloadFinalizer, "y"},
+			wantAnn:     map[string]string{"a": "1"}, wantFin: []string{"x", "y"},
+		},
+		"only trainyard's": {
+			annotations: map[string]string{AnnotationAttempt: "1"}, finalizers: []string{WorkloadFinalizer},
+			wantAnn: map[string]string{}, wantFin: []string{},
+		},
+		"nil": {},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ann, fin := maps.Clone(tc.annotations), slices.Clone(tc.finalizers)
+			gotAnn, gotFin := OthersBookkeeping(ann, fin)
+			if !maps.Equal(gotAnn, tc.wantAnn) || !slices.Equal(gotFin, tc.wantFin) {
+				t.Errorf("got %v %v, want %v %v", gotAnn, gotFin, tc.wantAnn, tc.wantFin)
+			}
+			if !maps.Equal(ann, tc.annotations) || !slices.Equal(fin, tc.finalizers) {
+				t.Errorf("arguments changed: %v %v, were %v %v", ann, fin, tc.annotations, tc.finalizers)
+			}
+		})
 	}
 }

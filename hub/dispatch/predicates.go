@@ -67,19 +67,13 @@ func onlyAttemptChanged(a, b *kueue.Workload) bool {
 	if a.Annotations[v1alpha1.AnnotationAttempt] == b.Annotations[v1alpha1.AnnotationAttempt] {
 		return false
 	}
-	others := func(wl *kueue.Workload) map[string]string {
-		m := maps.Clone(wl.Annotations)
-		delete(m, v1alpha1.AnnotationAttempt)
-		return m
-	}
 	// The first attempt's write adds trainyard's finalizer too (nextAttempt).
-	otherFinalizers := func(wl *kueue.Workload) []string {
-		return slices.DeleteFunc(slices.Clone(wl.Finalizers), func(f string) bool { return f == v1alpha1.WorkloadFinalizer })
-	}
+	annA, finA := v1alpha1.OthersBookkeeping(a.Annotations, a.Finalizers)
+	annB, finB := v1alpha1.OthersBookkeeping(b.Annotations, b.Finalizers)
 	return a.Generation == b.Generation &&
 		equality.Semantic.DeepEqual(a.DeletionTimestamp, b.DeletionTimestamp) &&
-		maps.Equal(a.Labels, b.Labels) && maps.Equal(others(a), others(b)) &&
-		(!hasFinalizer(a) || hasFinalizer(b)) && slices.Equal(otherFinalizers(a), otherFinalizers(b)) &&
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(annA, annB) &&
+		(!hasFinalizer(a) || hasFinalizer(b)) && slices.Equal(finA, finB) &&
 		equality.Semantic.DeepEqual(a.OwnerReferences, b.OwnerReferences) &&
 		equality.Semantic.DeepEqual(a.Status, b.Status)
 }

@@ -61,9 +61,7 @@ func onlyBookkeepingChanged(a, b *kueue.Workload) bool {
 		return false // none of it changed: a resync, or another change
 	}
 	others := func(wl *kueue.Workload) (map[string]string, []string, kueue.WorkloadStatus) {
-		ann := maps.Clone(wl.Annotations)
-		delete(ann, v1alpha1.AnnotationAttempt)
-		fin := slices.DeleteFunc(slices.Clone(wl.Finalizers), func(f string) bool { return f == v1alpha1.WorkloadFinalizer })
+		ann, fin := v1alpha1.OthersBookkeeping(wl.Annotations, wl.Finalizers)
 		st := wl.Status // a shallow copy: only compared, and the checks left out
 		st.AdmissionChecks = nil
 		return ann, fin, st
