@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -116,6 +117,14 @@ type fill struct {
 	// idlePending and idleStarved are the idle slot-seconds with and
 	// without jobs of the round pending in slurmctld.
 	idlePending, idleStarved float64
+	// afterSubmit is the part of idlePending in which a pending job had
+	// not been looked at by slurmctld's scheduler since its submit (reason
+	// None: with defer_batch a submit waits for the next pass); the rest
+	// is a slot freed since the last pass (the pending jobs' reasons are
+	// that pass's). completing is the idle slot-seconds of samples in
+	// which a job of the round was completing (its epilog holds its node).
+	afterSubmit float64
+	completing  float64
 	// depths are the hub's queue depth for the target as each sample read
 	// it (trainyard_dispatches_queue_limit; none before that gauge).
 	depths []float64
@@ -169,7 +178,7 @@ func fillRound(b *testing.B, c *slurm.Client, slots, n int, prefix string, load 
 		now := time.Now()
 		dt := now.Sub(last).Seconds()
 		last = now
-		running, pending := 0, 0
+		running, pending, completing, unseen := 0, 0, 0, 0
 		started = 0
 		f.mu.Lock()
 		for i := range jobs {
@@ -190,11 +199,17 @@ func fillRound(b *testing.B, c *slurm.Client, slots, n int, prefix string, load 
 			switch {
 			case st.Phase == v1alpha1.DispatchSubmitted:
 				pending++
+				if j.StateReason == "" || j.StateReason == "None" {
+					unseen++
+				}
 				continue
 			case st.Phase == v1alpha1.DispatchRunning:
 				running++
 			case st.CompletionTime != nil:
 				fj.ended = st.CompletionTime.Time
+			}
+			if slices.Contains(j.JobState, "COMPLETING") {
+				completing++
 			}
 			if st.StartTime != nil {
 				fj.started = st.StartTime.Time
@@ -209,8 +224,15 @@ func fillRound(b *testing.B, c *slurm.Client, slots, n int, prefix string, load 
 				f.depths = append(f.depths, d)
 			}
 		}
-		if idle := float64(max(slots-running, 0)) * dt; pending > 0 {
+		idle := float64(max(slots-running, 0)) * dt
+		if idle > 0 && completing > 0 {
+			f.completing += idle
+		}
+		if pending > 0 {
 			f.idlePending += idle
+			if unseen > 0 {
+				f.afterSubmit += idle
+			}
 		} else {
 			f.idleStarved += idle
 		}
@@ -283,8 +305,9 @@ func gaugeValue(name string, labels map[string]string) (float64, bool) {
 // so their sum is only close to the idle share the mean implies).
 func (f *fill) notes() string {
 	total := float64(f.slots) * f.window().Seconds()
-	out := fmt.Sprintf("%.1f of %d running on average; idle slot-time %.0f%% with jobs pending in slurmctld, %.0f%% with none pending",
-		f.mean(), f.slots, 100*f.idlePending/total, 100*f.idleStarved/total)
+	out := fmt.Sprintf("%.1f of %d running on average; idle slot-time %.0f%% with jobs pending in slurmctld "+
+		"(%.0f%% with one not yet scheduled since its submit), %.0f%% with none pending, %.0f%% with a job completing",
+		f.mean(), f.slots, 100*f.idlePending/total, 100*f.afterSubmit/total, 100*f.idleStarved/total, 100*f.completing/total)
 	if len(f.depths) > 0 {
 		sum, top := 0.0, 0.0
 		for _, d := range f.depths {
