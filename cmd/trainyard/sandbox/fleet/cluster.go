@@ -45,7 +45,8 @@ type Options struct {
 	KueueFairSharing bool
 	// Scheme for the returned client; defaults to Scheme().
 	Scheme *runtime.Scheme
-	// Dir holds logs, configs and kubeconfigs; defaults to a temp folder.
+	// Dir holds logs, configs and kubeconfigs; defaults to a temp folder
+	// that Stop removes.
 	Dir string
 	// StartTimeout bounds start-up of each component (default 2 minutes).
 	StartTimeout time.Duration
@@ -64,6 +65,9 @@ type Cluster struct {
 
 	env   *envtest.Environment
 	procs []*Process
+	// tempDir: Start made Dir because none was given, so nobody asked to
+	// keep its logs; Stop removes it with the admin kubeconfig in it.
+	tempDir bool
 }
 
 // Start brings up a cluster as opts say. On error everything already
@@ -82,10 +86,16 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 2 * time.Minute
 	}
-	if opts.Dir == "" {
+	tempDir := opts.Dir == ""
+	if tempDir {
 		if opts.Dir, err = os.MkdirTemp("", "trainyard-"+opts.Name+"-"); err != nil {
 			return nil, err
 		}
+		defer func() {
+			if c == nil {
+				_ = os.RemoveAll(opts.Dir)
+			}
+		}()
 	} else if err = os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -133,7 +143,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			ValidatingWebhooks: hooks.validating,
 		}
 	}
-	c = &Cluster{Name: opts.Name, Dir: opts.Dir, env: env}
+	c = &Cluster{Name: opts.Name, Dir: opts.Dir, env: env, tempDir: tempDir}
 	defer func() {
 		if err != nil {
 			_ = c.Stop()
@@ -201,16 +211,21 @@ func (c *Cluster) AddUser(name string, groups ...string) (*rest.Config, error) {
 // Processes lists the component processes of the cluster.
 func (c *Cluster) Processes() []*Process { return c.procs }
 
-// Stop ends every component and then the control plane.
+// Stop ends every component and then the control plane, and removes the
+// cluster's folder when Start made it.
 func (c *Cluster) Stop() error {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].Stop(5 * time.Second)
 	}
 	c.procs = nil
-	if c.env == nil || c.env.ControlPlane.APIServer == nil {
-		return nil
+	var err error
+	if c.env != nil && c.env.ControlPlane.APIServer != nil {
+		err = c.env.Stop()
 	}
-	return c.env.Stop()
+	if c.tempDir {
+		err = errors.Join(err, os.RemoveAll(c.Dir))
+	}
+	return err
 }
 
 // CheckAlive returns an error naming any component that has exited, with
