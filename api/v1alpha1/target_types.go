@@ -296,9 +296,10 @@ type KubernetesTarget struct {
 	// the spoke's own scheduler queue beyond what its nodes have free: the
 	// scheduler then binds the next pod the moment one ends, instead of
 	// waiting for the agent's status write and the hub's next decision.
-	// While more jobs start there within twice the time the hub takes to
+	// When more jobs started there within twice the time the hub takes to
 	// refill the queue (as it measures it), the hub keeps that many
-	// instead, up to the spoke's GPUs. Jobs of several pods never wait on
+	// instead, up to the spoke's GPUs: the most of the last 5 minutes,
+	// until none of its jobs is left there. Jobs of several pods never wait on
 	// the spoke (its scheduler binds pods one at a time, and two half-bound
 	// jobs would hold each other's GPUs), nor do jobs bound to one topology
 	// domain; they and the jobs beyond the depth wait on the hub, where
@@ -587,10 +588,11 @@ type SlurmTarget struct {
 	// cluster's own queue beyond what its nodes have free: slurmctld then
 	// starts the next job the moment one ends, and its backfill scheduler
 	// has jobs to choose from, instead of waiting for the agent's next
-	// poll and the hub's next decision. While more jobs start there within
-	// twice the time the hub takes to refill the queue (as it measures
-	// it), the hub keeps that many instead, up to the cluster's GPUs.
-	// Jobs beyond it wait on the hub, where Kueue's order and every other
+	// poll and the hub's next decision. When more jobs started there
+	// within twice the time the hub takes to refill the queue (as it
+	// measures it), the hub keeps that many instead, up to the cluster's
+	// GPUs: the most of the last 5 minutes, until none of its jobs is left
+	// there (jobs that started together end together). Jobs beyond it wait on the hub, where Kueue's order and every other
 	// target still apply. Jobs bound to one topology domain (a required
 	// level) never wait in Slurm's queue. 0 sends only jobs that fit now.
 	// +optional

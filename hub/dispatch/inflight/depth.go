@@ -17,18 +17,23 @@ import (
 // cluster then idles for the rest of that refill time.
 //
 // So the depth adapts: the hub keeps at least spec.slurm.queueDepth queued,
-// and as many as started on the target during the last refillMargin refill
-// times, measured on the hub's own watch, up to the GPUs of the target (one
-// turnover of the whole cluster at one GPU a job). A depth of 0 turns
-// queueing off, adaptive depth included.
+// and as many as started on the target within any refillMargin refill
+// times of the last startHistory, measured on the hub's own watch, up to
+// the GPUs of the target (one turnover of the whole cluster at one GPU a
+// job). The peak, not the latest window: jobs that started together end
+// together one run time later, and a queue sized to the quiet moment in
+// between holds too few for that wave. Once none of the hub's jobs is left
+// on the target, its past starts are forgotten (Forget). A depth of 0
+// turns queueing off, adaptive depth included.
 
 // refillMargin: the queue covers the starts of this many refill times, for
 // the step no measurement covers (a woken job's wait in the controller's
 // queue) and for bursts.
 const refillMargin = 2
 
-// startHistory bounds how far back starts are kept: refill times are
-// seconds, so starts older than this never count.
+// startHistory is how long a peak of starts holds the queue deep: waves
+// of short jobs, whose refill is a large part of their run, come back
+// within it; for longer jobs a refill's idle time hardly counts.
 const startHistory = 5 * time.Minute
 
 // refillWeight is the weight of each new sample in the moving averages of
@@ -112,8 +117,9 @@ func (g *depthGauge) trim(now time.Time) {
 	g.starts = g.starts[i:]
 }
 
-// depthLocked is t's queue depth now: its spec's, or deeper while jobs
-// start there faster than the hub refills its queue. The caller holds mu.
+// depthLocked is t's queue depth now: its spec's, or deeper when jobs
+// started there faster than the hub refills its queue in the last
+// startHistory. The caller holds mu.
 func (f *Record) depthLocked(t *v1alpha1.Target, now time.Time) int32 {
 	base := t.QueueDepth()
 	g := f.gauges[t.Name]
@@ -121,14 +127,23 @@ func (f *Record) depthLocked(t *v1alpha1.Target, now time.Time) int32 {
 		return base
 	}
 	g.trim(now)
-	window := refillMargin * g.refill()
-	n := 0
-	for j := len(g.starts) - 1; j >= 0 && now.Sub(g.starts[j]) <= window; j-- {
-		n++
-	}
+	n := peakStarts(g.starts, refillMargin*g.refill())
 	limit := int64(math.MaxInt32)
 	if q, ok := t.Status.Capacity[v1alpha1.GPUResource]; ok {
 		limit = q.Value()
 	}
 	return int32(max(int64(base), min(int64(n), limit)))
+}
+
+// peakStarts is the most starts (in time order) within any window of
+// that length.
+func peakStarts(starts []time.Time, window time.Duration) int {
+	peak, from := 0, 0
+	for to := range starts {
+		for starts[to].Sub(starts[from]) > window {
+			from++
+		}
+		peak = max(peak, to-from+1)
+	}
+	return peak
 }

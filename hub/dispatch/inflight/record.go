@@ -178,6 +178,11 @@ func (f *Record) Forget(d *v1alpha1.Dispatch) []reconcile.Request {
 	delete(on, key)
 	if len(on) == 0 {
 		delete(f.byTarget, d.Spec.TargetName)
+		// Nothing of the hub's runs there any more: no wave of its jobs
+		// can end together, so past starts no longer deepen the queue.
+		if g := f.gauges[d.Spec.TargetName]; g != nil {
+			g.starts = nil
+		}
 	}
 	return f.wakeForLocked(d.Spec.TargetName)
 }
