@@ -125,6 +125,9 @@ type fill struct {
 	// which a job of the round was completing (its epilog holds its node).
 	afterSubmit float64
 	completing  float64
+	// runningSeconds is the running jobs the samples saw, times the time
+	// each stood for: over the window, the mean as sampled.
+	runningSeconds float64
 	// depths are the hub's queue depth for the target as each sample read
 	// it (trainyard_dispatches_queue_limit; none before that gauge).
 	depths []float64
@@ -224,6 +227,7 @@ func fillRound(b *testing.B, c *slurm.Client, slots, n int, prefix string, load 
 				f.depths = append(f.depths, d)
 			}
 		}
+		f.runningSeconds += float64(running) * dt
 		idle := float64(max(slots-running, 0)) * dt
 		if idle > 0 && completing > 0 {
 			f.completing += idle
@@ -305,9 +309,9 @@ func gaugeValue(name string, labels map[string]string) (float64, bool) {
 // so their sum is only close to the idle share the mean implies).
 func (f *fill) notes() string {
 	total := float64(f.slots) * f.window().Seconds()
-	out := fmt.Sprintf("%.1f of %d running on average; idle slot-time %.0f%% with jobs pending in slurmctld "+
+	out := fmt.Sprintf("%.1f of %d running on average (%.1f as sampled); idle slot-time %.0f%% with jobs pending in slurmctld "+
 		"(%.0f%% with one not yet scheduled since its submit), %.0f%% with none pending, %.0f%% with a job completing",
-		f.mean(), f.slots, 100*f.idlePending/total, 100*f.afterSubmit/total, 100*f.idleStarved/total, 100*f.completing/total)
+		f.mean(), f.slots, f.runningSeconds/f.window().Seconds(), 100*f.idlePending/total, 100*f.afterSubmit/total, 100*f.idleStarved/total, 100*f.completing/total)
 	if len(f.depths) > 0 {
 		sum, top := 0.0, 0.0
 		for _, d := range f.depths {
