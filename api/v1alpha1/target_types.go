@@ -299,12 +299,12 @@ type KubernetesTarget struct {
 	// When more jobs started there within twice the time the hub takes to
 	// refill the queue (as it measures it), the hub keeps that many
 	// instead, up to the spoke's GPUs: the most of the last 5 minutes,
-	// until none of its jobs is left there. Jobs of several pods never wait on
-	// the spoke (its scheduler binds pods one at a time, and two half-bound
-	// jobs would hold each other's GPUs), nor do jobs bound to one topology
-	// domain; they and the jobs beyond the depth wait on the hub, where
-	// Kueue's order and every other target still apply. 0 sends only jobs
-	// that fit now.
+	// until none of its jobs is left there. Jobs of several pods never
+	// wait on the spoke (its scheduler binds pods one at a time, and two
+	// half-bound jobs would hold each other's GPUs), nor do jobs bound to
+	// one topology domain; they and the jobs beyond the depth wait on the
+	// hub, where Kueue's order and every other target still apply. 0 sends
+	// only jobs that fit now.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
@@ -592,9 +592,10 @@ type SlurmTarget struct {
 	// within twice the time the hub takes to refill the queue (as it
 	// measures it), the hub keeps that many instead, up to the cluster's
 	// GPUs: the most of the last 5 minutes, until none of its jobs is left
-	// there (jobs that started together end together). Jobs beyond it wait on the hub, where Kueue's order and every other
-	// target still apply. Jobs bound to one topology domain (a required
-	// level) never wait in Slurm's queue. 0 sends only jobs that fit now.
+	// there (jobs that started together end together). Jobs beyond it
+	// wait on the hub, where Kueue's order and every other target still
+	// apply. Jobs bound to one topology domain (a required level) never
+	// wait in Slurm's queue. 0 sends only jobs that fit now.
 	// +optional
 	// +kubebuilder:default=8
 	// +kubebuilder:validation:Minimum=0
