@@ -89,11 +89,12 @@ const (
 	GPUResource = "nvidia.com/gpu"
 )
 
-// OthersBookkeeping is a hub Workload's annotations and finalizers
-// without trainyard's own bookkeeping on it (the attempt annotation and
-// the Workload finalizer): what the hub's watch filters compare to tell
-// trainyard's writes from everyone else's. The arguments are not changed.
-func OthersBookkeeping(annotations map[string]string, finalizers []string) (map[string]string, []string) {
+// WithoutTrainyardBookkeeping is a hub Workload's annotations and
+// finalizers without trainyard's own bookkeeping on it (the attempt
+// annotation and the Workload finalizer): what the hub's watch filters
+// compare to tell trainyard's writes from everyone else's. The arguments
+// are not changed.
+func WithoutTrainyardBookkeeping(annotations map[string]string, finalizers []string) (map[string]string, []string) {
 	ann := maps.Clone(annotations)
 	delete(ann, AnnotationAttempt)
 	fin := slices.DeleteFunc(slices.Clone(finalizers), func(f string) bool { return f == WorkloadFinalizer })

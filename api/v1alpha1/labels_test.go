@@ -55,7 +55,7 @@ func TestLabelValue(t *testing.T) {
 	}
 }
 
-func TestOthersBookkeeping(t *testing.T) {
+func TestWithoutTrainyardBookkeeping(t *testing.T) {
 	cases := map[string]struct {
 		annotations map[string]string
 		finalizers  []string
@@ -80,7 +80,7 @@ func TestOthersBookkeeping(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			ann, fin := maps.Clone(tc.annotations), slices.Clone(tc.finalizers)
-			gotAnn, gotFin := OthersBookkeeping(ann, fin)
+			gotAnn, gotFin := WithoutTrainyardBookkeeping(ann, fin)
 			if !maps.Equal(gotAnn, tc.wantAnn) || !slices.Equal(gotFin, tc.wantFin) {
 				t.Errorf("got %v %v, want %v %v", gotAnn, gotFin, tc.wantAnn, tc.wantFin)
 			}

@@ -68,8 +68,8 @@ func onlyAttemptChanged(a, b *kueue.Workload) bool {
 		return false
 	}
 	// The first attempt's write adds trainyard's finalizer too (nextAttempt).
-	annA, finA := v1alpha1.OthersBookkeeping(a.Annotations, a.Finalizers)
-	annB, finB := v1alpha1.OthersBookkeeping(b.Annotations, b.Finalizers)
+	annA, finA := v1alpha1.WithoutTrainyardBookkeeping(a.Annotations, a.Finalizers)
+	annB, finB := v1alpha1.WithoutTrainyardBookkeeping(b.Annotations, b.Finalizers)
 	return a.Generation == b.Generation &&
 		equality.Semantic.DeepEqual(a.DeletionTimestamp, b.DeletionTimestamp) &&
 		maps.Equal(a.Labels, b.Labels) && maps.Equal(annA, annB) &&

@@ -61,7 +61,7 @@ func onlyBookkeepingChanged(a, b *kueue.Workload) bool {
 		return false // none of it changed: a resync, or another change
 	}
 	others := func(wl *kueue.Workload) (map[string]string, []string, kueue.WorkloadStatus) {
-		ann, fin := v1alpha1.OthersBookkeeping(wl.Annotations, wl.Finalizers)
+		ann, fin := v1alpha1.WithoutTrainyardBookkeeping(wl.Annotations, wl.Finalizers)
 		st := wl.Status // a shallow copy: only compared, and the checks left out
 		st.AdmissionChecks = nil
 		return ann, fin, st
