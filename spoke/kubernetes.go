@@ -3,6 +3,7 @@ package spoke
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,10 +11,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -89,6 +92,29 @@ func SpokeScheme() *runtime.Scheme {
 	return s
 }
 
+// SpokeClusterOptions are the options of the agent's view of its spoke
+// for a target of backend kind. Of the remote work's kind (JobSets or
+// LeaderWorkerSets) it caches only what trainyard made
+// (backends.RemoteLabels): a spoke shared with other users may hold
+// thousands, and each of their updates would cost the agent a decode.
+// Reads of one by name fall back to the API server (kubework.Get), so
+// another's object of the name a Dispatch wants is still seen, and
+// refused. Pods stay cluster-wide: the capacity reading counts the GPUs of
+// every pod. No cached object keeps its managed fields.
+func SpokeClusterOptions(kind backends.Kind) cluster.Option {
+	return func(co *cluster.Options) {
+		co.Scheme = SpokeScheme()
+		co.Cache.DefaultTransform = cache.TransformStripManagedFields()
+		own := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{backends.LabelManagedBy: backends.ManagedByValue})}
+		switch kind {
+		case backends.KindJobSet:
+			co.Cache.ByObject = map[client.Object]cache.ByObject{&jobsetv1alpha2.JobSet{}: own}
+		case backends.KindLeaderWorkerSet:
+			co.Cache.ByObject = map[client.Object]cache.ByObject{&lwsv1.LeaderWorkerSet{}: own}
+		}
+	}
+}
+
 // NewKubernetesAgent builds the agent of a Kubernetes spoke. It reads its
 // Target from the hub for the agent namespace, the prefix of the spoke's
 // tenant namespaces, the pod policy (Pod Security level, allowed pod
@@ -113,18 +139,23 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 	if err != nil {
 		return nil, err
 	}
-	spoke, err := cluster.New(spokeCfg, func(co *cluster.Options) {
-		co.Scheme = SpokeScheme()
-		co.Cache.DefaultTransform = cache.TransformStripManagedFields()
-	})
+	kind, err := backends.For(&t.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	logs, err := kubernetes.NewForConfig(spokeCfg)
+	if err != nil {
+		return nil, err
+	}
+	// Before the cache: it fails, less clearly, on a kind it cannot map.
+	if err := requireKind(logs.Discovery(), t.Name, kind); err != nil {
+		return nil, err
+	}
+	spoke, err := cluster.New(spokeCfg, SpokeClusterOptions(kind))
 	if err != nil {
 		return nil, err
 	}
 	if err := mgr.Add(spoke); err != nil {
-		return nil, err
-	}
-	logs, err := kubernetes.NewForConfig(spokeCfg)
-	if err != nil {
 		return nil, err
 	}
 	opts := o.Agent
@@ -145,15 +176,8 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 			return nil, err
 		}
 	}
-	kind, err := backends.For(&t.Spec)
-	if err != nil {
-		return nil, fmt.Errorf("target %s: %w", t.Name, err)
-	}
 	switch kind {
 	case backends.KindLeaderWorkerSet:
-		if err := requireKind(spoke, t.Name, lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), "LeaderWorkerSet v0.8"); err != nil {
-			return nil, err
-		}
 		opts.Backend = lws.New(spoke.GetClient(), lws.Options{
 			Namespace: k.Namespace, Policy: settings.Policy, Egress: settings.Egress, Binding: binding, TopologyLevels: k.TopologyLevels,
 			LiveReader: spoke.GetAPIReader(), Logs: logs, Status: access,
@@ -163,9 +187,6 @@ func NewKubernetesAgent(ctx context.Context, hubCfg *rest.Config, o KubernetesOp
 			source.Kind(spoke.GetCache(), &lwsv1.LeaderWorkerSet{}, handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*lwsv1.LeaderWorkerSet])),
 			source.Kind(spoke.GetCache(), &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(dispatchOfRemote[*corev1.Pod])))
 	case backends.KindJobSet:
-		if err := requireKind(spoke, t.Name, jobsetv1alpha2.SchemeGroupVersion.WithKind("JobSet"), "JobSet v0.11"); err != nil {
-			return nil, err
-		}
 		opts.Backend = jobset.New(spoke.GetClient(), jobset.Options{
 			Namespace: k.Namespace, Policy: settings.Policy, Egress: settings.Egress, Binding: binding, TopologyLevels: k.TopologyLevels,
 			LiveReader: spoke.GetAPIReader(), Logs: logs, Status: access,
@@ -198,10 +219,25 @@ func tenantBinding(ctx context.Context, cs kubernetes.Interface, role string) (*
 	return &kubework.TenantBinding{ClusterRole: role, Subject: rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}, nil
 }
 
-// requireKind fails unless the spoke serves gvk: without it the agent's
-// informer would wait forever for a kind that does not exist.
-func requireKind(spoke cluster.Cluster, target string, gvk schema.GroupVersionKind, install string) error {
-	if _, err := spoke.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+// requireKind fails unless the spoke serves the kind of remote work the
+// backend makes: without it the agent's informer would wait forever for a
+// kind that does not exist.
+func requireKind(spoke discovery.DiscoveryInterface, target string, kind backends.Kind) error {
+	var gvk schema.GroupVersionKind
+	var install string
+	switch kind {
+	case backends.KindLeaderWorkerSet:
+		gvk, install = lwsv1.SchemeGroupVersion.WithKind("LeaderWorkerSet"), "LeaderWorkerSet v0.8"
+	case backends.KindJobSet:
+		gvk, install = jobsetv1alpha2.SchemeGroupVersion.WithKind("JobSet"), "JobSet v0.11"
+	default:
+		return nil
+	}
+	resources, err := spoke.ServerResourcesForGroupVersion(gvk.GroupVersion().String())
+	if err == nil && !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Kind == gvk.Kind }) {
+		err = fmt.Errorf("%s serves no %s", gvk.GroupVersion(), gvk.Kind)
+	}
+	if err != nil {
 		return fmt.Errorf("target %s runs jobs as %ss, but its spoke does not serve %s %s (install %s or later there): %w",
 			target, gvk.Kind, gvk.GroupVersion(), gvk.Kind, install, err)
 	}

@@ -21,7 +21,9 @@ import (
 // and an informer-cached client (as the agent's manager reads) to ready,
 // runs the tests and stops the spoke, dumping its logs if a test failed.
 // Logs go below $TRAINYARD_ARTIFACTS/<artifacts> when that is set.
-func RunSpokeSuite(m *testing.M, artifacts string, opts kube.Options, nodes []kube.NodeSpec, ready func(*kube.Cluster, client.Client)) (code int) {
+// cacheOpts configure the cache as SetUpSpoke's.
+func RunSpokeSuite(m *testing.M, artifacts string, opts kube.Options, nodes []kube.NodeSpec, ready func(*kube.Cluster, client.Client),
+	cacheOpts ...cluster.Option) (code int) {
 	ctrllog.SetLogger(logr.Discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -41,7 +43,7 @@ func RunSpokeSuite(m *testing.M, artifacts string, opts kube.Options, nodes []ku
 		_ = spoke.Stop()
 		fmt.Printf("spoke stopped in %v\n", time.Since(t1).Round(100*time.Millisecond))
 	}()
-	cached, err := SetUpSpoke(ctx, spoke, nodes)
+	cached, err := SetUpSpoke(ctx, spoke, nodes, cacheOpts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "set up spoke:", err)
 		return 1
@@ -53,12 +55,13 @@ func RunSpokeSuite(m *testing.M, artifacts string, opts kube.Options, nodes []ku
 
 // SetUpSpoke adds the kwok nodes to spoke, waits until they are Ready and
 // returns a client reading through an informer cache, as the agent's
-// manager does; the cache lives as long as ctx.
-func SetUpSpoke(ctx context.Context, spoke *kube.Cluster, nodes []kube.NodeSpec) (client.Client, error) {
+// manager does (cacheOpts, such as spoke.SpokeClusterOptions, after the
+// sandbox's scheme); the cache lives as long as ctx.
+func SetUpSpoke(ctx context.Context, spoke *kube.Cluster, nodes []kube.NodeSpec, cacheOpts ...cluster.Option) (client.Client, error) {
 	if err := spoke.AddKwokNodes(ctx, nodes...); err != nil {
 		return nil, err
 	}
-	cl, err := cluster.New(spoke.Config, func(o *cluster.Options) { o.Scheme = kube.Scheme() })
+	cl, err := cluster.New(spoke.Config, append([]cluster.Option{func(o *cluster.Options) { o.Scheme = kube.Scheme() }}, cacheOpts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -10,8 +10,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
+	"github.com/trainyard-dev/trainyard/backends"
 	"github.com/trainyard-dev/trainyard/backends/kubework"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
+	agent "github.com/trainyard-dev/trainyard/spoke"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
 
@@ -27,8 +29,9 @@ var (
 	jobsNS = kubework.TenantNamespace(jobsPrefix, "team-a")
 
 	spoke *kube.Cluster
-	// cached reads through an informer cache, as the agent's manager client
-	// does; the backend under test uses it, assertions use spoke.Client.
+	// cached reads through an informer cache set up as the agent's
+	// (spoke.SpokeClusterOptions); the backend under test uses it,
+	// assertions use spoke.Client.
 	cached client.Client
 	// nodes: two racks of two 4-GPU nodes.
 	nodes = kube.RackNodes(rackLabel, 2, gpusPerNode, "r1", "r2")
@@ -41,5 +44,5 @@ var (
 func TestMain(m *testing.M) {
 	os.Exit(util.RunSpokeSuite(m, "jobset-spoke", kube.SpokeOptions("spoke", ""), nodes, func(c *kube.Cluster, cl client.Client) {
 		spoke, cached = c, cl
-	}))
+	}, agent.SpokeClusterOptions(backends.KindJobSet)))
 }
