@@ -71,7 +71,7 @@ func startTrainyard(ctx context.Context, f *fleet.Fleet, sl, slOCI *slurm.Cluste
 	if err := controllers.SetUpQueue(ctx, f.Hub, sampleQueue(f, o, sl != nil)); err != nil {
 		return nil, err
 	}
-	if err := f.Hub.Client.Create(ctx, sampleClusterRuntime()); err != nil {
+	if err := f.Hub.Client.Create(ctx, SampleClusterRuntime()); err != nil {
 		return nil, err
 	}
 	opts := controllers.Options{
@@ -136,11 +136,14 @@ func sampleStatusEndpoint(dir string) (*statusapi.EndpointOptions, error) {
 	return &statusapi.EndpointOptions{Listen: addr, URL: "https://" + addr, StateDir: dir}, nil
 }
 
-// sampleClusterRuntime is a torch runtime in the shape of Trainer's own
+// SampleClusterRuntime is a torch runtime in the shape of Trainer's own
 // torch-distributed one, whose pods kwok runs for 45 seconds. No toleration
 // and no node selector: spoke nodes carry no taint, so runtimes as Kubeflow
-// ships them run there too.
-func sampleClusterRuntime() *trainer.ClusterTrainingRuntime {
+// ships them run there too. A job that brings no command runs the
+// runtime's (runtimeProgram), which kwok pretends to run and the Slurm
+// nodes' own PyTorch really runs, so such a job succeeds wherever it is
+// placed.
+func SampleClusterRuntime() *trainer.ClusterTrainingRuntime {
 	return &trainer.ClusterTrainingRuntime{
 		ObjectMeta: metav1.ObjectMeta{Name: sampleRuntime},
 		Spec: trainer.TrainingRuntimeSpec{
@@ -161,7 +164,7 @@ func sampleClusterRuntime() *trainer.ClusterTrainingRuntime {
 								Containers: []corev1.Container{{
 									Name:    constants.Node,
 									Image:   "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime",
-									Command: []string{"torchrun", "train.py"},
+									Command: []string{"python3", "-c", runtimeProgram},
 								}},
 							},
 						}},
@@ -171,6 +174,12 @@ func sampleClusterRuntime() *trainer.ClusterTrainingRuntime {
 		},
 	}
 }
+
+// runtimeProgram is the sample runtime's own command: it prints the
+// PyTorch and the torch wiring the job got, and ends.
+const runtimeProgram = `import os, torch
+print("torch", torch.__version__, "node rank", os.environ.get("PET_NODE_RANK"), "of", os.environ.get("PET_NNODES"), flush=True)
+`
 
 // sampleProgram is what sample jobs run: kwok ignores it on the spokes; on
 // Slurm it prints the torch wiring it got and works for 45 seconds.

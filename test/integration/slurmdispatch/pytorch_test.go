@@ -8,13 +8,16 @@ import (
 	"strings"
 	"testing"
 
+	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueueconstants "sigs.k8s.io/kueue/pkg/controller/constants"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
 	"github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
+	"github.com/trainyard-dev/trainyard/test/util"
 )
 
 // TestTorchrunAllReduce runs real PyTorch: torchrun, started by trainyard's
@@ -100,4 +103,27 @@ func holdRendezvousPortsBut(t *testing.T, free int) {
 			t.Cleanup(func() { l.Close() })
 		}
 	}
+}
+
+// TestSandboxRuntimeRunsJobsWithoutACommand: a TrainJob that names the
+// sandbox's sample runtime and brings nothing else, no trainer section, so
+// no command and no GPUs, runs the runtime's own command on a Slurm node's
+// real PyTorch and succeeds, as a newcomer's first job in `make dev-up`
+// does wherever placement sends it.
+func TestSandboxRuntimeRunsJobsWithoutACommand(t *testing.T) {
+	g := NewWithT(t)
+	rt := sandbox.SampleClusterRuntime()
+	util.CreateForTest(t, env.fleet.Hub.Client, rt)
+	tj := &trainer.TrainJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: tenant, Labels: map[string]string{kueueconstants.QueueLabel: queue}},
+		Spec:       trainer.TrainJobSpec{RuntimeRef: trainer.RuntimeRef{Name: rt.Name}},
+	}
+	tj = submit(t, tj)
+	d := dispatchOf(t, tj, phaseIs(v1alpha1.DispatchSucceeded))
+
+	out, errOut, code := trainyardCLI("logs", tj.Name, "-n", tenant)
+	if code != 0 {
+		t.Fatalf("logs exited %d: %s", code, errOut)
+	}
+	g.Expect(out).To(MatchRegexp(`torch \S+ node rank 0 of 1`), "output of Slurm job %s", d.Status.Remote.ID)
 }
