@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/backends/jobset"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
 )
@@ -21,7 +20,7 @@ import (
 // Submit adopts it, and Cancel leaves nothing behind.
 func TestFluxJobRuns(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
-	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, Policy: kwokPolicy, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
+	b := agentBackend()
 	tj, err := tytesting.ShippedTrainJob(tytesting.TrainerFluxLammpsJob, "team-a")
 	g.Expect(err).NotTo(HaveOccurred())
 	tj.UID = "tj-uid-lammps"

@@ -24,8 +24,7 @@ import (
 // through the API server and refuses to adopt or report it.
 func TestForeignJobSetsStayOutOfTheCache(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
-	// As the agent builds it: cache first, the API server to confirm.
-	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, Policy: kwokPolicy, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
+	b := agentBackend()
 	ours := gpuDispatch("ours", map[string]string{"kwok.trainyard.dev/run-for": "1h"})
 	ref, err := b.Submit(ctx, ours)
 	g.Expect(err).NotTo(HaveOccurred())

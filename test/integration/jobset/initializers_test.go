@@ -88,7 +88,7 @@ func TestInitializerRunsBeforeTrainer(t *testing.T) {
 // initializers, and Cancel removes the claim with the JobSet.
 func TestVolumeClaimPoliciesMakeSharedClaim(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
-	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client, Policy: kwokPolicy})
+	b := agentBackend()
 	// The initializers run far longer than the test, so the trainer's
 	// nodes must not start whether or not the spoke can bind the claim.
 	d := shippedDispatch(g, "tune", tytesting.TrainerTorchtuneLlama1B, nil, "10m",

@@ -22,8 +22,22 @@ import (
 
 // The tests run one after another: the capacity checks count every GPU.
 
+// backendOptions are the suite's Target settings: its tenant namespace
+// prefix, the kwok pod policy and the rack level.
+func backendOptions() jobset.Options {
+	return jobset.Options{Namespace: jobsPrefix, Policy: kwokPolicy, TopologyLevels: []string{rackLabel}}
+}
+
 func newBackend() *jobset.Backend {
-	return jobset.New(cached, jobset.Options{Namespace: jobsPrefix, Policy: kwokPolicy, TopologyLevels: []string{rackLabel}})
+	return jobset.New(cached, backendOptions())
+}
+
+// agentBackend reads as the agent does: the cache first, the API server to
+// confirm what the cache has not seen.
+func agentBackend() *jobset.Backend {
+	o := backendOptions()
+	o.LiveReader = spoke.Client
+	return jobset.New(cached, o)
 }
 
 // kwokRuntime is the torch runtime whose pods tolerate the kwok nodes' taint

@@ -22,7 +22,9 @@ func TestLogsReadsPodsThroughAPIServer(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
 	cs, err := kubernetes.NewForConfig(spoke.Config)
 	g.Expect(err).NotTo(HaveOccurred())
-	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, Policy: kwokPolicy, TopologyLevels: []string{rackLabel}, Logs: cs})
+	o := backendOptions()
+	o.Logs = cs
+	b := jobset.New(cached, o)
 	d := gpuDispatch("logs", map[string]string{"kwok.trainyard.dev/run-for": "1h"})
 	ref, err := b.Submit(ctx, d)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainyard-dev/trainyard/api/v1alpha1"
-	"github.com/trainyard-dev/trainyard/backends/jobset"
 	kube "github.com/trainyard-dev/trainyard/cmd/trainyard/sandbox/fleet"
 	tytesting "github.com/trainyard-dev/trainyard/internal/testing"
 	"github.com/trainyard-dev/trainyard/test/util"
@@ -39,7 +38,7 @@ func mpiDispatch(name, runFor string) *v1alpha1.Dispatch {
 // leaves none of them behind.
 func TestMPIJobRunsWithKeysAndHostfile(t *testing.T) {
 	ctx, g := context.Background(), NewWithT(t)
-	b := jobset.New(cached, jobset.Options{Namespace: jobsPrefix, Policy: kwokPolicy, TopologyLevels: []string{rackLabel}, LiveReader: spoke.Client})
+	b := agentBackend()
 	d := mpiDispatch("mpi", "4s")
 	ref, err := b.Submit(ctx, d)
 	g.Expect(err).NotTo(HaveOccurred())
