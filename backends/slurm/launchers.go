@@ -74,12 +74,15 @@ unset TRAINYARD_STATUS_TOKEN TRAINYARD_STATUS_CA TRAINYARD_STATUS_URL
 
 // argvPrelude decodes TRAINYARD_ARGV into the bash array argv. mapfile reads
 // NUL-terminated records, so any byte but NUL (newlines, quotes, globs, `$(`)
-// survives as data; the array is only ever expanded as "${argv[@]}". `wait`
-// picks up base64's exit status from the process substitution, so corrupt
-// input fails the job instead of running a truncated command. A leading dash
-// is refused so the command can never be read as an option of srun, flux or
-// exec.
-const argvPrelude = `mapfile -d "" -t argv < <(printf "%s" "${TRAINYARD_ARGV:?}" | base64 -d); wait "$!"
+// survives as data; the array is only ever expanded as "${argv[@]}". The
+// input is decoded once as a check before the array is filled, so corrupt
+// input fails the job instead of running a truncated command. (The scripts
+// never `wait` on a process substitution for its status: bash 5.2 now and
+// then answers 255 for one it has already reaped, which failed about one job
+// start in a thousand.) A leading dash is refused so the command can never
+// be read as an option of srun, flux or exec.
+const argvPrelude = `printf "%s" "${TRAINYARD_ARGV:?}" | base64 -d > /dev/null || { echo "trainyard: invalid TRAINYARD_ARGV" >&2; exit 2; }
+mapfile -d "" -t argv < <(printf "%s" "$TRAINYARD_ARGV" | base64 -d)
 if (( ${#argv[@]} == 0 )) || [[ -z "${argv[0]}" || "${argv[0]}" == -* ]]; then echo "trainyard: invalid TRAINYARD_ARGV" >&2; exit 2; fi
 `
 
@@ -90,7 +93,8 @@ func ArgvPrelude() string { return argvPrelude }
 // torchEnv exports Trainer's PET_* variables every node shares; each task
 // adds its own PET_NODE_RANK.
 const torchEnv = `export PET_NNODES="${SLURM_JOB_NUM_NODES:?}"
-mapfile -t hosts < <(scontrol show hostnames "${SLURM_JOB_NODELIST:?}"); wait "$!"
+trainyard_hostnames="$(scontrol show hostnames "${SLURM_JOB_NODELIST:?}")"
+mapfile -t hosts <<< "$trainyard_hostnames"
 export PET_MASTER_ADDR="${hosts[0]:?}"
 # Two jobs may share their first node, so each gets a port of its own
 # (torchrun's default 29500 for both made the second fail to listen): the
@@ -102,7 +106,7 @@ for (( trainyard_try = 0; trainyard_try < 1000; trainyard_try++ )); do
   trainyard_port=$(( 29500 + (trainyard_port - 29499) % 1000 ))
 done
 export PET_MASTER_PORT="$trainyard_port"
-unset trainyard_port trainyard_try
+unset trainyard_port trainyard_try trainyard_hostnames
 export PET_NPROC_PER_NODE="${TRAINYARD_NPROC_PER_NODE:-1}"
 `
 

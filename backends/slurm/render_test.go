@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -351,6 +352,29 @@ func TestArgvPreludeRefuses(t *testing.T) {
 		}
 		if err == nil || ran {
 			t.Errorf("%s: script went on: err=%v out=%s", name, err, out)
+		}
+	}
+}
+
+// TestScriptsNeverWaitOnAProcessSubstitution guards every launcher script
+// against `wait "$!"` on a process substitution: bash 5.2 now and then
+// answers 255 for one it has already reaped, and the job fails at start
+// with no message (3 of 400 runs of the container launchers' test under
+// load before the scripts stopped doing it). The scripts start no
+// background job, so any `wait` in them is that.
+func TestScriptsNeverWaitOnAProcessSubstitution(t *testing.T) {
+	waits := regexp.MustCompile(`(^|[;&|\s])wait\b`)
+	for _, rt := range []v1alpha1.ContainerRuntime{v1alpha1.ContainerRuntimeNone, v1alpha1.ContainerRuntimeOCI, v1alpha1.ContainerRuntimePyxis, v1alpha1.ContainerRuntimeApptainer} {
+		for _, l := range []v1alpha1.Launcher{v1alpha1.LauncherTorchrun, v1alpha1.LauncherMPI, v1alpha1.LauncherFlux} {
+			script := ScriptFor(rt, l)
+			if script == "" {
+				continue
+			}
+			for i, line := range strings.Split(script, "\n") {
+				if waits.MatchString(line) {
+					t.Errorf("%s/%s line %d waits: %s", rt, l, i+1, line)
+				}
+			}
 		}
 	}
 }
