@@ -52,14 +52,11 @@ func (KeepPinWebhook) Handle(_ context.Context, req admission.Request) admission
 	if err := json.Unmarshal(req.Object.Raw, &tj); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
+	before := tj.DeepCopy()
 	if !KeepPin(&old, &tj, fieldManager(req)) {
 		return admission.Allowed("")
 	}
-	raw, err := json.Marshal(&tj)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+	return patchResponse(req.Object.Raw, before, &tj)
 }
 
 // fieldManager is the field manager of an update ("" when unknown). The

@@ -64,6 +64,7 @@ func (w *PinWebhook) Handle(ctx context.Context, req admission.Request) admissio
 	if tj.Namespace == "" {
 		tj.Namespace = req.Namespace
 	}
+	before := tj.DeepCopy()
 	if err := refusePreset(&tj); err != nil {
 		return admission.Denied(err.Error())
 	}
@@ -79,11 +80,7 @@ func (w *PinWebhook) Handle(ctx context.Context, req admission.Request) admissio
 			return resp
 		}
 	}
-	raw, err := json.Marshal(&tj)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+	return patchResponse(req.Object.Raw, before, &tj)
 }
 
 // suspendUntilAdmitted suspends tj, as Kueue's TrainJob webhook does for

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	trainer "github.com/kubeflow/trainer/v2/pkg/apis/trainer/v1alpha1"
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -229,4 +231,155 @@ func TestPinWebhookNamespaceFromRequest(t *testing.T) {
 	if n := len(pinnedCopies(t, c, ns)); n != 1 {
 		t.Errorf("got %d pinned copies in %s, want 1", n, ns)
 	}
+}
+
+// TestWebhooksKeepTheUsersJSON: both webhooks patch only what they change.
+// A GPU count the user wrote as a number stays a number; a patch of the
+// whole object as Go marshals it stored it as "1", and Trainer's immutable
+// spec.trainer then refused the next kubectl apply of the same manifest.
+// Only a fraction, which the CRD refuses as written, is written as Go
+// writes it (0.5 as "500m"), as Kueue's TrainJob webhook does.
+func TestWebhooksKeepTheUsersJSON(t *testing.T) {
+	const fractionPath = "/spec/trainer/resourcesPerNode/requests/cpu"
+	// The request as the API server sends a manifest with numbers.
+	asWritten := func(t *testing.T, tj *trainer.TrainJob) []byte {
+		t.Helper()
+		raw, err := json.Marshal(tj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			t.Fatal(err)
+		}
+		obj["spec"].(map[string]any)["trainer"] = map[string]any{"numNodes": 2, "resourcesPerNode": map[string]any{
+			"limits": map[string]any{"nvidia.com/gpu": 1}, "requests": map[string]any{"cpu": 0.5, "memory": 1 << 30}}}
+		if raw, err = json.Marshal(obj); err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	check := func(t *testing.T, req admission.Request, resp admission.Response) {
+		t.Helper()
+		if !resp.Allowed || len(resp.Patches) == 0 {
+			t.Fatalf("allowed %v with %d patches, want an allowed patch: %+v", resp.Allowed, len(resp.Patches), resp.Result)
+		}
+		for _, op := range resp.Patches {
+			if !strings.HasPrefix(op.Path, "/metadata/annotations") && op.Path != "/spec/suspend" && op.Path != fractionPath {
+				t.Errorf("patch %s %s touches what the user wrote", op.Operation, op.Path)
+			}
+		}
+		ops, err := json.Marshal(resp.Patches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch, err := jsonpatch.DecodePatch(ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := patch.Apply(req.Object.Raw)
+		if err != nil {
+			t.Fatalf("apply patch %s: %v", ops, err)
+		}
+		var obj struct {
+			Spec struct {
+				Trainer struct {
+					ResourcesPerNode struct{ Limits, Requests map[string]any }
+				}
+			}
+		}
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			t.Fatal(err)
+		}
+		perNode := obj.Spec.Trainer.ResourcesPerNode
+		if perNode.Limits["nvidia.com/gpu"] != float64(1) || perNode.Requests["memory"] != float64(1<<30) || perNode.Requests["cpu"] != "500m" {
+			t.Errorf("stored resourcesPerNode: limits %#v, requests %#v; want the integers as written and the fraction as 500m", perNode.Limits, perNode.Requests)
+		}
+	}
+
+	t.Run("pin on create", func(t *testing.T) {
+		c := newClient(tytesting.MakeClusterTrainingRuntime("torch-distributed").Obj())
+		w := &PinWebhook{Reader: c, Client: c}
+		req := admissionRequest(t, admissionv1.Create, tytesting.MakeTrainJob("train", ns).Queue("q").Obj(), false)
+		req.Object.Raw = asWritten(t, tytesting.MakeTrainJob("train", ns).Queue("q").Obj())
+		check(t, req, w.Handle(context.Background(), req))
+	})
+	t.Run("keep pin on update", func(t *testing.T) {
+		old := pinnedUpdateBase()
+		tj := old.DeepCopy()
+		delete(tj.Annotations, v1alpha1.AnnotationRuntimeHash)
+		req := admissionRequest(t, admissionv1.Update, tj, false)
+		req.Object.Raw = asWritten(t, tj)
+		oldRaw, err := json.Marshal(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.OldObject = runtime.RawExtension{Raw: oldRaw}
+		check(t, req, KeepPinWebhook{}.Handle(context.Background(), req))
+	})
+}
+
+func TestFractions(t *testing.T) {
+	cases := map[string]struct {
+		raw  string
+		want map[string]any // path: the value Go writes
+	}{
+		"integers and strings":        {raw: `{"a":{"cpu":2,"memory":"4Gi","n":[1,2]}}`},
+		"a fraction":                  {raw: `{"a":{"cpu":0.5,"gpus":1}}`, want: map[string]any{"/a/cpu": "500m"}},
+		"an exponent":                 {raw: `{"a":{"memory":1e3}}`, want: map[string]any{"/a/memory": "1k"}},
+		"a key with a slash":          {raw: `{"a":{"nvidia.com/gpu":0.5}}`, want: map[string]any{"/a/nvidia.com~1gpu": "500m"}},
+		"a fraction in a list's item": {raw: `{"l":[{"cpu":1},{"cpu":1.5}]}`, want: map[string]any{"/l/1/cpu": "1500m"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			// typed is raw as Go's quantity type writes it.
+			var doc any
+			if err := json.Unmarshal([]byte(tc.raw), &doc); err != nil {
+				t.Fatal(err)
+			}
+			typed, err := json.Marshal(asQuantities(t, doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ops, err := fractions([]byte(tc.raw), typed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]any{}
+			for _, op := range ops {
+				if op.Operation != "replace" {
+					t.Errorf("op %s %s, want only replacements", op.Operation, op.Path)
+				}
+				got[op.Path] = op.Value
+			}
+			if len(got) == 0 {
+				got = nil
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("fractions (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// asQuantities turns every number of doc into the string Go's quantity
+// type writes for it.
+func asQuantities(t *testing.T, doc any) any {
+	switch v := doc.(type) {
+	case map[string]any:
+		for k, e := range v {
+			v[k] = asQuantities(t, e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = asQuantities(t, e)
+		}
+	case float64:
+		q, err := resource.ParseQuantity(strconv.FormatFloat(v, 'f', -1, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.String()
+	}
+	return doc
 }

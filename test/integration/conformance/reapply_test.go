@@ -31,8 +31,10 @@ import (
 // TestReapplyIsANoOp applies Trainer's example files as users and GitOps
 // tools do, with kubectl itself: each file once, then again, then
 // `kubectl diff`, then the same with server-side apply, from a first apply
-// of either kind. Only the namespace, the queue label and (for the
-// server-side round) the names are set; the rest is as written. Every
+// of either kind, and once more for a copy of the first example with its
+// quantities written as numbers (unquotedQuantities). Only the namespace,
+// the queue label and (for the server-side round) the names are set; the
+// rest is as written. Every
 // apply is accepted, no TrainJob's spec changes (its generation stays),
 // the pin stays, runtimeRef names the runtime the manifest names, and diff
 // finds nothing.
@@ -46,6 +48,7 @@ func TestReapplyIsANoOp(t *testing.T) {
 		t.Fatalf("Trainer's examples/yaml: %d files, %v; want its 5", len(files), err)
 	}
 	sort.Strings(files)
+	files = append(files, unquotedQuantities(t, files[0]))
 	csa, ssa := []string{"apply"}, []string{"apply", "--server-side"}
 	for _, round := range []struct {
 		name   string
@@ -141,6 +144,51 @@ func TestRuntimeAndJobsInOneApply(t *testing.T) {
 		util.WorkloadOf(g, env.fleet.Hub.Client, tj)
 	}
 	kubectl(t, "delete", "--wait=false", "-f", manifest)
+}
+
+// unquotedQuantities writes the TrainJob of Trainer's example file as users
+// often write one: the GPUs, CPUs and memory per node as YAML integers, not
+// strings (Trainer's examples quote them). Go's types write such a number
+// back as a string ("1"), so an admission step that returns the whole
+// object as Go marshals it changes the stored spec.trainer, which Trainer
+// makes immutable: the next kubectl apply of the same file sends the
+// numbers again and is refused.
+func unquotedQuantities(t *testing.T, file string) string {
+	t.Helper()
+	objs, err := util.ReadManifests(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() != trainer.TrainJobKind {
+			continue
+		}
+		o.SetName(o.GetName() + "-unquoted")
+		perNode := map[string]any{
+			"limits":   map[string]any{string(v1alpha1.GPUResource): int64(1)},
+			"requests": map[string]any{"cpu": int64(2), "memory": int64(1 << 30)},
+		}
+		if err := unstructured.SetNestedField(o.Object, perNode, "spec", "trainer", "resourcesPerNode"); err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, o)
+	}
+	if len(jobs) == 0 {
+		t.Fatalf("no TrainJob in %s", file)
+	}
+	raw, err := os.ReadFile(writeManifest(t, jobs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(raw, []byte("nvidia.com/gpu: 1\n")) || !bytes.Contains(raw, []byte("cpu: 2\n")) {
+		t.Fatalf("the manifest does not hold the quantities as numbers:\n%s", raw)
+	}
+	p := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(file), ".yaml")+"-unquoted-quantities.yaml")
+	if err := os.WriteFile(p, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // userFields is what of a TrainJob the user wrote and pinning set.
