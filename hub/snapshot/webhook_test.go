@@ -33,8 +33,9 @@ func admissionRequest(t *testing.T, op admissionv1.Operation, tj *trainer.TrainJ
 	}}
 }
 
-// patched applies the response's JSON patch to the request's object.
-func patched(t *testing.T, req admission.Request, resp admission.Response) *trainer.TrainJob {
+// patchedRaw applies the response's JSON patch to the request's object, as
+// the API server stores it.
+func patchedRaw(t *testing.T, req admission.Request, resp admission.Response) []byte {
 	t.Helper()
 	ops, err := json.Marshal(resp.Patches)
 	if err != nil {
@@ -48,8 +49,14 @@ func patched(t *testing.T, req admission.Request, resp admission.Response) *trai
 	if err != nil {
 		t.Fatalf("apply patch %s: %v", ops, err)
 	}
+	return raw
+}
+
+// patched is patchedRaw's TrainJob.
+func patched(t *testing.T, req admission.Request, resp admission.Response) *trainer.TrainJob {
+	t.Helper()
 	var tj trainer.TrainJob
-	if err := json.Unmarshal(raw, &tj); err != nil {
+	if err := json.Unmarshal(patchedRaw(t, req, resp), &tj); err != nil {
 		t.Fatal(err)
 	}
 	return &tj
@@ -269,18 +276,6 @@ func TestWebhooksKeepTheUsersJSON(t *testing.T) {
 				t.Errorf("patch %s %s touches what the user wrote", op.Operation, op.Path)
 			}
 		}
-		ops, err := json.Marshal(resp.Patches)
-		if err != nil {
-			t.Fatal(err)
-		}
-		patch, err := jsonpatch.DecodePatch(ops)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, err := patch.Apply(req.Object.Raw)
-		if err != nil {
-			t.Fatalf("apply patch %s: %v", ops, err)
-		}
 		var obj struct {
 			Spec struct {
 				Trainer struct {
@@ -288,7 +283,7 @@ func TestWebhooksKeepTheUsersJSON(t *testing.T) {
 				}
 			}
 		}
-		if err := json.Unmarshal(raw, &obj); err != nil {
+		if err := json.Unmarshal(patchedRaw(t, req, resp), &obj); err != nil {
 			t.Fatal(err)
 		}
 		perNode := obj.Spec.Trainer.ResourcesPerNode

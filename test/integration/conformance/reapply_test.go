@@ -177,15 +177,17 @@ func unquotedQuantities(t *testing.T, file string) string {
 	if len(jobs) == 0 {
 		t.Fatalf("no TrainJob in %s", file)
 	}
-	raw, err := os.ReadFile(writeManifest(t, jobs))
+	written := writeManifest(t, jobs)
+	raw, err := os.ReadFile(written)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Contains(raw, []byte("nvidia.com/gpu: 1\n")) || !bytes.Contains(raw, []byte("cpu: 2\n")) {
 		t.Fatalf("the manifest does not hold the quantities as numbers:\n%s", raw)
 	}
-	p := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(file), ".yaml")+"-unquoted-quantities.yaml")
-	if err := os.WriteFile(p, raw, 0o644); err != nil {
+	// Named after the example, for the subtest's name.
+	p := filepath.Join(filepath.Dir(written), strings.TrimSuffix(filepath.Base(file), ".yaml")+"-unquoted-quantities.yaml")
+	if err := os.Rename(written, p); err != nil {
 		t.Fatal(err)
 	}
 	return p
